@@ -1,0 +1,52 @@
+# gpuctrl: `make run` runs the operator, `make test` runs every test. Both set up what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export GPUCTRL_ENVTEST_ASSETS ?= $(HOME)/.cache/gpuctrl/envtest/1.20.2
+# Debian packages the tests talk to for real (containerd's parser and daemon).
+TEST_DEBIAN_PACKAGES := containerd
+
+.PHONY: run test lint unit integration e2e bench manifests envtest test-deps clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+envtest:
+	bash hack/envtest-assets.sh
+
+test-deps: envtest
+	bash hack/install-debian-packages.sh $(TEST_DEBIAN_PACKAGES)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
+test: $(STAMP) test-deps lint
+	$(BIN)/python -m pytest -q test/unit test/integration test/e2e
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q test/unit
+
+integration: $(STAMP) test-deps
+	$(BIN)/python -m pytest -q test/integration
+
+e2e: $(STAMP) test-deps
+	$(BIN)/python -m pytest -q test/e2e
+
+bench: $(STAMP) test-deps
+	$(BIN)/python -m test.bench
+
+manifests: $(STAMP)
+	$(BIN)/python -m api.crdgen config/crd
+
+run: $(STAMP) envtest
+	$(BIN)/python hack/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

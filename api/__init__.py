@@ -1,0 +1,1 @@
+"""gpuctrl's API types: pydantic v2 models, the single source of truth for the CRDs."""

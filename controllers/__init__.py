@@ -1,0 +1,1 @@
+"""The GPU operator's controllers and the pure renderer they share."""

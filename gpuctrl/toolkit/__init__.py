@@ -1,0 +1,1 @@
+"""The container toolkit node agent: NVIDIA runtime configuration for containerd and CRI-O."""

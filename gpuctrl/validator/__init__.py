@@ -1,0 +1,1 @@
+"""The validator node agent: driver, toolkit, CUDA and device-plugin checks."""

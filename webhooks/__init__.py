@@ -1,0 +1,1 @@
+"""gpuctrl's mutating admission webhook."""
