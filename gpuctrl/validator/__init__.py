@@ -1,1 +1,87 @@
-"""The validator node agent: driver, toolkit, CUDA and device-plugin checks."""
+"""The validator node agent: driver, toolkit, CUDA and device-plugin checks.
+
+``gpuctrl validate CHECK`` (see `gpuctrl.validator.cli`) runs one check and writes
+``<output-dir>/<check>-ready`` when it passes. The driver and toolkit checks run ``nvidia-smi``;
+the cuda and plugin checks run a workload pod built from a ConfigMap template
+(`render_template`, `apply_overrides`, `pin_workload`) and judge it from its status alone
+(`verdict`), so an injected sidecar cannot hold them hostage.
+
+The names that need the Kubernetes client (`RetryPolicy`, `WorkloadCheck`,
+`build_workload_pod`, `run_workload_check`) are imported on first use, so the driver and
+toolkit checks never load it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from gpuctrl.validator._pod import (
+    PodOwner,
+    apply_overrides,
+    pin_workload,
+    template_containers,
+    workload_selector,
+)
+from gpuctrl.validator._smi import SmiResult, driver_command, run_smi, toolkit_command
+from gpuctrl.validator._status import DEFAULT_OUTPUT_DIR, clear_status, status_path, write_status
+from gpuctrl.validator._template import (
+    TemplateError,
+    TemplateSource,
+    builtin_template,
+    render_template,
+)
+from gpuctrl.validator._verdict import (
+    DEFAULT_MAX_RESTARTS,
+    Failed,
+    Passed,
+    Pending,
+    Verdict,
+    verdict,
+)
+
+if TYPE_CHECKING:
+    from gpuctrl.validator._workload import (
+        RetryPolicy,
+        WorkloadCheck,
+        build_workload_pod,
+        run_workload_check,
+    )
+
+__all__ = [
+    "DEFAULT_MAX_RESTARTS",
+    "DEFAULT_OUTPUT_DIR",
+    "Failed",
+    "Passed",
+    "Pending",
+    "PodOwner",
+    "RetryPolicy",
+    "SmiResult",
+    "TemplateError",
+    "TemplateSource",
+    "Verdict",
+    "WorkloadCheck",
+    "apply_overrides",
+    "build_workload_pod",
+    "builtin_template",
+    "clear_status",
+    "driver_command",
+    "pin_workload",
+    "render_template",
+    "run_smi",
+    "run_workload_check",
+    "status_path",
+    "template_containers",
+    "toolkit_command",
+    "verdict",
+    "workload_selector",
+    "write_status",
+]
+
+_LAZY = frozenset({"RetryPolicy", "WorkloadCheck", "build_workload_pod", "run_workload_check"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module("gpuctrl.validator._workload"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

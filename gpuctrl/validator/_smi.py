@@ -1,0 +1,92 @@
+"""The driver and toolkit checks: run ``nvidia-smi`` and report what was run and what it said.
+
+The driver check runs it inside the driver's root, as NVIDIA's validator does: the driver
+container's root when a driver container has installed one there, else the host's root
+(``chroot ROOT nvidia-smi``; a root of ``/`` runs it directly). The toolkit check runs it in
+its own container, where the NVIDIA runtime put it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["SmiResult", "driver_command", "run_smi", "toolkit_command"]
+
+_SMI = "nvidia-smi"
+# Where a driver root keeps nvidia-smi; the first one present marks the root as installed.
+_SMI_PATHS = ("usr/bin/nvidia-smi", "bin/nvidia-smi", "usr/local/bin/nvidia-smi")
+# A run gets at least this long, even when the deadline has (nearly) passed.
+_MIN_RUN_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class SmiResult:
+    """One run of the check: the command line, whether it passed, and its combined output."""
+
+    argv: tuple[str, ...]
+    passed: bool
+    output: str
+
+    def describe(self) -> str:
+        """A human report: what was run, the outcome and the output."""
+        outcome = "passed" if self.passed else "failed"
+        return f"ran: {' '.join(self.argv)}\n{outcome}\n{self.output.rstrip()}".rstrip()
+
+
+def driver_command(host_root: Path, driver_root: Path) -> tuple[str, ...]:
+    """The command of the driver check: nvidia-smi in ``driver_root`` if a driver container
+    installed it there, else in ``host_root``. Decided afresh on each call (a driver may appear)."""
+    has_driver = any((driver_root / path).is_file() for path in _SMI_PATHS)
+    root = driver_root if has_driver else host_root
+    if root.resolve() == Path("/"):
+        return (_SMI,)
+    return ("chroot", str(root), _SMI)
+
+
+def toolkit_command() -> tuple[str, ...]:
+    """The command of the toolkit check: the nvidia-smi that the NVIDIA runtime put on PATH."""
+    return (_SMI,)
+
+
+def run_smi(
+    command: Callable[[], Sequence[str]], *, wait: bool, timeout: float, interval: float
+) -> SmiResult:
+    """Run ``command()`` once, or with ``wait`` every ``interval`` seconds until it passes or
+    ``timeout`` seconds have gone; no run outlives the timeout. Returns the last run's result."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = _run_once(tuple(command()), max(deadline - time.monotonic(), _MIN_RUN_SECONDS))
+        if result.passed or not wait or deadline - time.monotonic() <= interval:
+            return result
+        time.sleep(interval)
+
+
+def _run_once(argv: tuple[str, ...], timeout: float) -> SmiResult:
+    try:
+        completed = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError as error:
+        return SmiResult(argv, False, f"{argv[0]}: not found ({error.strerror})")
+    except subprocess.TimeoutExpired as error:
+        output = _decode(error.output)
+        return SmiResult(argv, False, f"{output}\nno answer after {timeout:.0f} s".lstrip())
+    except OSError as error:
+        return SmiResult(argv, False, f"{argv[0]}: cannot run: {error}")
+    output = _decode(completed.stdout)
+    if completed.returncode != 0:
+        output = f"{output.rstrip()}\nexit code {completed.returncode}".lstrip()
+    return SmiResult(argv, completed.returncode == 0, output)
+
+
+def _decode(output: bytes | None) -> str:
+    return (output or b"").decode("utf-8", errors="replace")

@@ -1,0 +1,144 @@
+"""The verdict on a workload pod, from its status alone (pure).
+
+Only the containers the template defines count: a container injected by a mesh (an
+``istio-proxy`` that never exits, a ``linkerd-init``) can neither pass nor hold a check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DEFAULT_MAX_RESTARTS", "Failed", "Passed", "Pending", "Verdict", "verdict"]
+
+# A template container restarted more often than this is failing, not flaking.
+DEFAULT_MAX_RESTARTS = 3
+
+# Waiting reasons that mean the image will not arrive without someone fixing something.
+_PULL_FAILURES = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """No verdict yet; ``detail`` says what the pod is waiting for (for a timeout message)."""
+
+    detail: str
+
+
+@dataclass(frozen=True)
+class Passed:
+    """Every template container terminated with exit code 0."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The check failed: a ``reason`` word, a ``message`` naming what failed, and the container
+    whose log may explain it (None when no container is to blame)."""
+
+    reason: str
+    message: str
+    container: str | None = None
+
+
+Verdict = Pending | Passed | Failed
+
+
+def verdict(
+    pod: dict[str, Any],
+    template_containers: frozenset[str],
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+) -> Verdict:
+    """Judge ``pod`` (a Pod as the API returns it, camelCase keys).
+
+    Passed when every container and init container named in ``template_containers`` has
+    terminated with exit code 0. Failed when one of them terminated non-zero and the pod's
+    restartPolicy will not retry it, restarted more than ``max_restarts`` times after failing,
+    cannot pull its image, or when the pod itself failed. Pending otherwise, and also while
+    the pod is being deleted without having passed: its containers are being killed.
+    """
+    result = _judge(pod, template_containers, max_restarts)
+    if isinstance(result, Failed) and pod.get("metadata", {}).get("deletionTimestamp"):
+        return Pending("the pod is being deleted")
+    return result
+
+
+def _judge(pod: dict[str, Any], template_containers: frozenset[str], max_restarts: int) -> Verdict:
+    restart_policy = pod.get("spec", {}).get("restartPolicy", "Always")
+    statuses = {status["name"]: status for status in _container_statuses(pod)}
+    for name in sorted(template_containers & statuses.keys()):
+        failure = _container_failure(statuses[name], restart_policy, max_restarts)
+        if failure is not None:
+            return failure
+    if all(_exited_zero(statuses.get(name)) for name in template_containers):
+        return Passed()
+    status = pod.get("status", {})
+    if status.get("phase") == "Failed":
+        reason = status.get("reason") or "PodFailed"
+        message = status.get("message") or "the pod failed"
+        return Failed(reason, f"pod failed: {reason}: {message}")
+    return Pending(_pending_detail(status, template_containers, statuses))
+
+
+def _container_statuses(pod: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    status = pod.get("status", {})
+    yield from status.get("initContainerStatuses") or []
+    yield from status.get("containerStatuses") or []
+
+
+def _exited_zero(status: dict[str, Any] | None) -> bool:
+    terminated = (status or {}).get("state", {}).get("terminated")
+    return terminated is not None and terminated.get("exitCode") == 0
+
+
+def _container_failure(
+    status: dict[str, Any], restart_policy: str, max_restarts: int
+) -> Failed | None:
+    name = status["name"]
+    state = status.get("state", {})
+    waiting = state.get("waiting") or {}
+    if waiting.get("reason") in _PULL_FAILURES:
+        return Failed(
+            waiting["reason"],
+            f"container {name}: image {status.get('image')} cannot be pulled: "
+            f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": "),
+        )
+    terminated = state.get("terminated")
+    if terminated is not None and terminated.get("exitCode") != 0 and restart_policy == "Never":
+        return Failed(terminated.get("reason") or "Error", _exit_message(name, terminated), name)
+    last = (status.get("lastState") or {}).get("terminated")
+    failed = terminated if terminated is not None and terminated.get("exitCode") != 0 else last
+    if failed is not None and status.get("restartCount", 0) > max_restarts:
+        return Failed(
+            "CrashLoop",
+            f"{_exit_message(name, failed)}; restarted {status['restartCount']} times",
+            name,
+        )
+    return None
+
+
+def _exit_message(name: str, terminated: dict[str, Any]) -> str:
+    message = (
+        f"container {name} exited with code {terminated.get('exitCode')} "
+        f"({terminated.get('reason') or 'Error'})"
+    )
+    if terminated.get("message"):
+        message += f": {terminated['message']}"
+    return message
+
+
+def _pending_detail(
+    status: dict[str, Any], template_containers: frozenset[str], statuses: dict[str, Any]
+) -> str:
+    parts = [f"phase {status.get('phase', 'unknown')}"]
+    for name in sorted(template_containers):
+        state = (statuses.get(name) or {}).get("state") or {}
+        if not state:
+            parts.append(f"{name}: no status yet")
+            continue
+        kind, detail = next(iter(state.items()))
+        reason = (detail or {}).get("reason")
+        parts.append(f"{name}: {kind}" + (f" ({reason})" if reason else ""))
+    return "; ".join(parts)

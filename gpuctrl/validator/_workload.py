@@ -1,0 +1,369 @@
+"""The cuda and plugin checks: a workload pod on the node, watched to a verdict (the I/O shell).
+
+One run: read the template from the ConfigMap and build the pod (a `TemplateError` stops here,
+before anything is created); delete every earlier workload pod of the check on the node and
+wait until they are gone; create the pod and watch it until `verdict` says Passed or Failed, or
+the timeout. A pod that disappears first (deleted by a person, evicted, drained) is replaced,
+after a backoff, a bounded number of times. The pod is then deleted, and an Event on the Node
+records the outcome. The status file is the caller's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from api.v1alpha1 import ValidatorWorkloads
+from gpuctrl.validator._pod import (
+    PodOwner,
+    apply_overrides,
+    pin_workload,
+    template_containers,
+    workload_selector,
+)
+from gpuctrl.validator._template import TemplateError, TemplateSource, render_template
+from gpuctrl.validator._verdict import (
+    DEFAULT_MAX_RESTARTS,
+    Failed,
+    Passed,
+    Pending,
+    Verdict,
+    verdict,
+)
+from gpuctrl.validator._watch import WatchExpired, watch_events
+
+__all__ = ["RetryPolicy", "WorkloadCheck", "build_workload_pod", "run_workload_check"]
+
+_log = logging.getLogger("gpuctrl.validator")
+
+# Lines of a failed container's log quoted in the verdict, and how long to wait for them (the
+# apiserver fetches them from the kubelet, which may be unreachable: a verdict must not wait).
+_LOG_LINES = 20
+_LOG_TIMEOUT_SECONDS = 5
+# Events about a cluster-scoped object (a Node) must live here, as the kubelet's own do; the
+# agent's RBAC must allow creating Events in it.
+_EVENT_NAMESPACE = "default"
+# Longest Event message; the rest of a long failure stays in the agent's own log.
+_EVENT_MESSAGE_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class WorkloadCheck:
+    """What one run of the cuda or plugin check needs."""
+
+    check: str  # "cuda" or "plugin": the template key is f"{check}.yaml"
+    namespace: str  # of the ConfigMap and the workload pods
+    node_name: str
+    configmap: str
+    image: str
+    image_pull_policy: str
+    overrides: ValidatorWorkloads
+    owner: PodOwner | None  # the agent's own pod, when it runs in one
+    timeout: float  # seconds for the whole run, stale pods included
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard a run tries before it gives a verdict of its own."""
+
+    max_recreations: int = 5  # pods replaced after disappearing, before the check fails
+    backoff: float = 1.0  # seconds before the first replacement; doubles each time
+    max_backoff: float = 30.0
+    max_restarts: int = DEFAULT_MAX_RESTARTS  # see `verdict`
+    watch_seconds: int = 60  # server-side timeout of one watch request
+
+
+async def build_workload_pod(
+    core: client.CoreV1Api, check: WorkloadCheck
+) -> tuple[dict[str, Any], frozenset[str]]:
+    """Read the template from the API and return the pod to create and its template's
+    container names. Raises `TemplateError` when the ConfigMap, key or template is unusable."""
+    source = _source(check)
+    key = source.key
+    try:
+        configmap = await core.read_namespaced_config_map(check.configmap, check.namespace)
+    except ApiException as error:
+        if error.status == 404:
+            raise TemplateError(source, "the ConfigMap does not exist") from error
+        raise
+    text = (configmap.data or {}).get(key)
+    if text is None:
+        raise TemplateError(source, "the ConfigMap has no such key")
+    rendered = render_template(text, source, _variables(check))
+    pod = apply_overrides(rendered, check.overrides)
+    pinned = pin_workload(pod, check.check, check.namespace, check.node_name, check.owner)
+    return pinned, template_containers(rendered)
+
+
+async def run_workload_check(
+    api: client.ApiClient, check: WorkloadCheck, retry: RetryPolicy | None = None
+) -> Passed | Failed:
+    """Run ``check`` once on its node and return the verdict; records an Event either way.
+
+    Raises `TemplateError`, with no pod created, for an unusable template (including one whose
+    pod the apiserver rejects as invalid), and `ApiException` when the API refuses what the
+    agent must do.
+    """
+    retry = retry or RetryPolicy()
+    deadline = asyncio.get_running_loop().time() + check.timeout
+    core = client.CoreV1Api(api)
+    pod, containers = await build_workload_pod(core, check)
+    try:
+        async with asyncio.timeout_at(deadline):
+            await _delete_stale_pods(core, check, retry)
+    except TimeoutError:
+        result: Passed | Failed = Failed(
+            "Timeout", f"earlier {check.check} workload pods still there after {check.timeout} s"
+        )
+    else:
+        result = await _run_pods(core, check, retry, pod, containers, deadline)
+    await _record_event(core, check, result)
+    return result
+
+
+def _source(check: WorkloadCheck) -> TemplateSource:
+    return TemplateSource(f"{check.namespace}/{check.configmap}", f"{check.check}.yaml")
+
+
+def _variables(check: WorkloadCheck) -> dict[str, str]:
+    return {
+        "namespace": check.namespace,
+        "node_name": check.node_name,
+        "image": check.image,
+        "image_pull_policy": check.image_pull_policy,
+        "runtime_class_name": check.overrides.runtime_class_name or "nvidia",
+    }
+
+
+async def _delete_stale_pods(
+    core: client.CoreV1Api, check: WorkloadCheck, retry: RetryPolicy
+) -> None:
+    """Delete every workload pod of the check on the node and return once all are gone."""
+    selector, on_node = workload_selector(check.check), f"spec.nodeName={check.node_name}"
+    while True:
+        listing = await core.list_namespaced_pod(
+            check.namespace, label_selector=selector, field_selector=on_node
+        )
+        remaining = {pod.metadata.name for pod in listing.items}
+        if not remaining:
+            return
+        _log.info(
+            "deleting %d earlier %s workload pod(s): %s",
+            len(remaining),
+            check.check,
+            ", ".join(sorted(remaining)),
+        )
+        for name in remaining:
+            await _delete_pod(core, check.namespace, name)
+        with contextlib.suppress(WatchExpired, aiohttp.ClientError, TimeoutError):
+            events = watch_events(
+                core.list_namespaced_pod,
+                check.namespace,
+                resource_version=listing.metadata.resource_version,
+                timeout_seconds=retry.watch_seconds,
+                label_selector=selector,
+                field_selector=on_node,
+            )
+            async with contextlib.aclosing(events):
+                async for kind, obj in events:
+                    if kind == "DELETED":
+                        remaining.discard(obj["metadata"]["name"])
+                        if not remaining:
+                            return
+
+
+async def _run_pods(
+    core: client.CoreV1Api,
+    check: WorkloadCheck,
+    retry: RetryPolicy,
+    pod: dict[str, Any],
+    containers: frozenset[str],
+    deadline: float,
+) -> Passed | Failed:
+    """Create the pod and watch it to a verdict, replacing it whenever it disappears first."""
+    delay = retry.backoff
+    for attempt in range(retry.max_recreations + 1):
+        if attempt:
+            await asyncio.sleep(max(min(delay, deadline - asyncio.get_running_loop().time()), 0))
+            delay = min(delay * 2, retry.max_backoff)
+        created = await _create_pod(core, check, pod)
+        name = created.metadata.name
+        _log.info("created %s workload pod %s on node %s", check.check, name, check.node_name)
+        try:
+            result = await _await_verdict(
+                core, _as_dict(core, created), containers, retry, deadline
+            )
+            if isinstance(result, Failed) and result.container is not None:
+                log = await _log_tail(core, check.namespace, name, result.container)
+                result = Failed(result.reason, f"{result.message}\n{log}", result.container)
+        finally:
+            await _delete_pod(core, check.namespace, name)
+        if result is not None:
+            return result
+        _log.warning("workload pod %s disappeared before a verdict; replacing it", name)
+    return Failed(
+        "Disappeared",
+        f"{retry.max_recreations + 1} {check.check} workload pods disappeared before a verdict",
+    )
+
+
+async def _create_pod(
+    core: client.CoreV1Api, check: WorkloadCheck, pod: dict[str, Any]
+) -> client.V1Pod:
+    """Create ``pod``; an invalid one (422) is the template's fault: `TemplateError`."""
+    try:
+        return await core.create_namespaced_pod(check.namespace, pod)  # type: ignore[arg-type]
+    except ApiException as error:
+        if error.status != 422:
+            raise
+        problem = f"the apiserver rejects the pod: {_status_message(error)}"
+        raise TemplateError(_source(check), problem) from error
+
+
+def _status_message(error: ApiException) -> str:
+    """The message of the Status an API error carries, else its reason."""
+    try:
+        return str(json.loads(error.body or "")["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(error.reason)
+
+
+async def _await_verdict(
+    core: client.CoreV1Api,
+    pod: dict[str, Any],
+    containers: frozenset[str],
+    retry: RetryPolicy,
+    deadline: float,
+) -> Passed | Failed | None:
+    """The pod's verdict, a timeout failure at ``deadline``, or None if the pod disappeared."""
+    last = verdict(pod, containers, retry.max_restarts)
+    name = pod["metadata"]["name"]
+    try:
+        async with asyncio.timeout_at(deadline):
+            judged = _verdicts(core, pod, containers, retry)
+            async with contextlib.aclosing(judged):
+                async for last in judged:
+                    if not isinstance(last, Pending):
+                        return last
+            return None
+    except TimeoutError:
+        detail = last.detail if isinstance(last, Pending) else ""
+        return Failed("Timeout", f"no verdict on workload pod {name} in time: {detail}")
+
+
+async def _verdicts(
+    core: client.CoreV1Api, pod: dict[str, Any], containers: frozenset[str], retry: RetryPolicy
+) -> AsyncGenerator[Verdict, None]:
+    """Yield the pod's verdict each time it changes; end when the pod is gone."""
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    uid, version = pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
+    while True:
+        try:
+            events = watch_events(
+                core.list_namespaced_pod,
+                namespace,
+                field_selector=f"metadata.name={name}",
+                resource_version=version,
+                timeout_seconds=retry.watch_seconds,
+            )
+            async with contextlib.aclosing(events):
+                async for kind, obj in events:
+                    version = obj["metadata"]["resourceVersion"]
+                    if kind == "BOOKMARK":
+                        continue
+                    if kind == "DELETED" or obj["metadata"]["uid"] != uid:
+                        return
+                    yield verdict(obj, containers, retry.max_restarts)
+        except WatchExpired:
+            current = await _read_pod(core, namespace, name)
+            if current is None or current["metadata"]["uid"] != uid:
+                return
+            version = current["metadata"]["resourceVersion"]
+            yield verdict(current, containers, retry.max_restarts)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            _log.warning("the watch of pod %s broke (%r); watching again", name, error)
+            await asyncio.sleep(1)
+
+
+async def _read_pod(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return _as_dict(core, await core.read_namespaced_pod(name, namespace))
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+async def _delete_pod(core: client.CoreV1Api, namespace: str, name: str) -> None:
+    try:
+        await core.delete_namespaced_pod(name, namespace)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
+async def _log_tail(core: client.CoreV1Api, namespace: str, pod: str, container: str) -> str:
+    """The last lines of the container's log, or why they cannot be had."""
+    try:
+        text = await core.read_namespaced_pod_log(
+            pod,
+            namespace,
+            container=container,
+            tail_lines=_LOG_LINES,
+            _request_timeout=_LOG_TIMEOUT_SECONDS,
+        )
+    except ApiException as error:
+        return f"logs of {container} unavailable: {error.status} {error.reason}"
+    except (aiohttp.ClientError, TimeoutError) as error:
+        return f"logs of {container} unavailable: {error!r}"
+    if not text.strip():
+        return f"the log of {container} is empty"
+    return f"last lines of the log of {container}:\n{text.rstrip()}"
+
+
+async def _record_event(
+    core: client.CoreV1Api, check: WorkloadCheck, result: Passed | Failed
+) -> None:
+    """Record the outcome as an Event on the Node (in namespace ``default``, where Events on
+    cluster-scoped objects must be); a refusal is logged, not raised."""
+    passed = isinstance(result, Passed)
+    message = result.message if isinstance(result, Failed) else f"{check.check} validation passed"
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    event = {
+        "metadata": {"generateName": f"{check.node_name}.gpuctrl-{check.check}-validation."},
+        # kubectl describe node finds a Node's events by kind, name and uid == name.
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": check.node_name,
+            "uid": check.node_name,
+        },
+        "reason": "ValidationPassed" if passed else "ValidationFailed",
+        "message": f"{message}"[:_EVENT_MESSAGE_LIMIT],
+        "type": "Normal" if passed else "Warning",
+        "source": {"component": "gpuctrl-validator", "host": check.node_name},
+        "reportingComponent": "gpuctrl-validator",
+        "reportingInstance": check.node_name,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    try:
+        await core.create_namespaced_event(_EVENT_NAMESPACE, event)  # type: ignore[arg-type]
+    except ApiException as error:
+        _log.warning("could not record the outcome as an Event: %s %s", error.status, error.reason)
+
+
+def _as_dict(core: client.CoreV1Api, model: Any) -> dict[str, Any]:
+    """A client model as the API sends it (camelCase keys)."""
+    return core.api_client.sanitize_for_serialization(model)  # type: ignore[attr-defined,no-any-return]

@@ -1,0 +1,247 @@
+"""``gpuctrl validate driver|toolkit|cuda|plugin``: one check, its status file, its exit code.
+
+Exit codes: 0 the check passed (``<output-dir>/<check>-ready`` written), 1 it failed, 2 the
+input is invalid (a broken template or overrides file, a missing ConfigMap key, ...).
+
+In the validator DaemonSet each check is an init container. For the cuda and plugin checks
+the agent learns its own pod from the downward API through two environment variables, both
+or neither: ``GPUCTRL_POD_NAME`` (``metadata.name``) and ``GPUCTRL_POD_UID``
+(``metadata.uid``); its workload pods are then owned by, and deleted with, that pod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuctrl.validator._pod import PodOwner
+from gpuctrl.validator._smi import SmiResult, driver_command, run_smi, toolkit_command
+from gpuctrl.validator._status import DEFAULT_OUTPUT_DIR, clear_status, write_status
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from kubernetes_asyncio.client import ApiClient
+
+    from api.v1alpha1 import ValidatorWorkloads
+
+__all__ = ["POD_NAME_ENV", "POD_UID_ENV", "configure", "run"]
+
+POD_NAME_ENV = "GPUCTRL_POD_NAME"
+POD_UID_ENV = "GPUCTRL_POD_UID"
+
+DEFAULT_CONFIGMAP = "gpuctrl-validator-workloads"
+DEFAULT_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
+
+_PASSED, _FAILED, _INVALID = 0, 1, 2
+
+
+class InvalidInput(Exception):
+    """Input the agent cannot use (exit code 2); the message says what and where."""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``validate`` arguments: one sub-command per check."""
+    checks = parser.add_subparsers(dest="check", required=True, metavar="CHECK")
+    driver = checks.add_parser("driver", help="run nvidia-smi in the driver's root")
+    _add_smi_arguments(driver)
+    driver.add_argument(
+        "--host-root", type=Path, default=Path("/host"), help="the host's root (default /host)"
+    )
+    driver.add_argument(
+        "--driver-root",
+        type=Path,
+        default=Path("/run/nvidia/driver"),
+        help="where a driver container installs the driver (default /run/nvidia/driver); "
+        "used when it holds nvidia-smi, else the host root",
+    )
+    _add_smi_arguments(checks.add_parser("toolkit", help="run nvidia-smi in this container"))
+    for name, summary in (
+        ("cuda", "run the CUDA workload pod on the node"),
+        ("plugin", "run the device-plugin workload pod (one nvidia.com/gpu) on the node"),
+    ):
+        _add_workload_arguments(checks.add_parser(name, help=summary))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen check: clear its status file, run it, write the file if it passed."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    clear_status(args.output_dir, args.check)
+    try:
+        passed, report = _run_check(args)
+    except InvalidInput as error:
+        print(f"gpuctrl validate {args.check}: {error}", file=sys.stderr)
+        return _INVALID
+    if not passed:
+        print(f"{args.check} validation failed:\n{report}", file=sys.stderr)
+        return _FAILED
+    write_status(args.output_dir, args.check, f"{report}\n")
+    print(f"{args.check} validation passed")
+    return _PASSED
+
+
+def _add_common_arguments(parser: argparse.ArgumentParser, timeout_help: str) -> None:
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=DEFAULT_OUTPUT_DIR,
+        help=f"where <check>-ready is written on success (default {DEFAULT_OUTPUT_DIR})",
+    )
+    parser.add_argument("--timeout", type=_positive_float, metavar="SECONDS", help=timeout_help)
+
+
+def _add_smi_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_common_arguments(parser, "give up after this long (default 300)")
+    parser.add_argument("--wait", action="store_true", help="retry until it works or the timeout")
+    parser.add_argument(
+        "--retry-interval",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="pause between tries with --wait (default 5)",
+    )
+
+
+def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_common_arguments(
+        parser, "give up after this long (default: the overrides' timeoutSeconds, else 300)"
+    )
+    parser.add_argument("--node", required=True, help="the node to validate")
+    parser.add_argument("--namespace", required=True, help="namespace of the pods and ConfigMap")
+    parser.add_argument("--kubeconfig", type=Path, help="use this kubeconfig, not in-cluster")
+    parser.add_argument(
+        "--templates-configmap",
+        help="ConfigMap holding cuda.yaml and plugin.yaml (default: the overrides' "
+        f"configMapName, else {DEFAULT_CONFIGMAP})",
+    )
+    parser.add_argument(
+        "--overrides-file",
+        type=Path,
+        help="YAML mapping with the keys of a ClusterPolicy's validator.workloads",
+    )
+    parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"(default {DEFAULT_IMAGE})")
+    parser.add_argument(
+        "--image-pull-policy",
+        default="IfNotPresent",
+        choices=["Always", "IfNotPresent", "Never"],
+        help="(default IfNotPresent)",
+    )
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _run_check(args: argparse.Namespace) -> tuple[bool, str]:
+    """Run the check; return whether it passed and a report. Raises `InvalidInput`."""
+    if args.check in ("driver", "toolkit"):
+        result = _run_smi_check(args)
+        return result.passed, result.describe()
+    return asyncio.run(_run_workload(args))
+
+
+def _run_smi_check(args: argparse.Namespace) -> SmiResult:
+    if args.check == "driver":
+        host_root, driver_root = args.host_root, args.driver_root
+        return run_smi(
+            lambda: driver_command(host_root, driver_root),
+            wait=args.wait,
+            timeout=args.timeout or 300.0,
+            interval=args.retry_interval,
+        )
+    return run_smi(
+        toolkit_command, wait=args.wait, timeout=args.timeout or 300.0, interval=args.retry_interval
+    )
+
+
+async def _run_workload(args: argparse.Namespace) -> tuple[bool, str]:
+    # Imported here: the driver and toolkit checks never need the Kubernetes client.
+    import aiohttp
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from gpuctrl.validator._template import TemplateError
+    from gpuctrl.validator._verdict import Passed
+    from gpuctrl.validator._workload import WorkloadCheck, run_workload_check
+
+    overrides = _load_overrides(args.overrides_file)
+    check = WorkloadCheck(
+        check=args.check,
+        namespace=args.namespace,
+        node_name=args.node,
+        configmap=args.templates_configmap or overrides.config_map_name or DEFAULT_CONFIGMAP,
+        image=args.image,
+        image_pull_policy=args.image_pull_policy,
+        overrides=overrides,
+        owner=_own_pod(os.environ),
+        timeout=args.timeout or float(overrides.timeout_seconds),
+    )
+    api = await _api_client(args.kubeconfig)
+    try:
+        result = await run_workload_check(api, check)
+    except TemplateError as error:
+        raise InvalidInput(f"{error} (no pod created)") from error
+    except ApiException as error:
+        return False, f"the API refused: {error.status} {error.reason}: {_body(error.body)}"
+    except aiohttp.ClientError as error:
+        return False, f"cannot reach the API: {error!r}"
+    finally:
+        await api.close()
+    if isinstance(result, Passed):
+        return True, f"{args.check} workload pod passed on node {args.node}"
+    return False, f"{result.reason}: {result.message}"
+
+
+def _body(body: str | bytes | None) -> str:
+    return body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+
+
+def _load_overrides(path: Path | None) -> ValidatorWorkloads:
+    import pydantic
+    import yaml
+
+    from api.v1alpha1 import ValidatorWorkloads
+
+    if path is None:
+        return ValidatorWorkloads()
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise InvalidInput(f"overrides file {path}: {error}") from error
+    try:
+        return ValidatorWorkloads.model_validate(document or {})
+    except pydantic.ValidationError as error:
+        raise InvalidInput(f"overrides file {path}: {error}") from error
+
+
+def _own_pod(environ: Mapping[str, str]) -> PodOwner | None:
+    name, uid = environ.get(POD_NAME_ENV), environ.get(POD_UID_ENV)
+    if not name and not uid:
+        return None
+    if not name or not uid:
+        missing = POD_UID_ENV if name else POD_NAME_ENV
+        raise InvalidInput(f"{missing} is not set but {POD_NAME_ENV}/{POD_UID_ENV} needs both")
+    return PodOwner(name=name, uid=uid)
+
+
+async def _api_client(kubeconfig: Path | None) -> ApiClient:
+    from kubernetes_asyncio import client, config
+
+    if kubeconfig is not None:
+        try:
+            return await config.new_client_from_config(config_file=str(kubeconfig))
+        except (OSError, config.ConfigException) as error:
+            raise InvalidInput(f"kubeconfig {kubeconfig}: {error}") from error
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException as error:
+        raise InvalidInput(f"not in a pod ({error}); pass --kubeconfig") from error
+    return client.ApiClient(configuration)

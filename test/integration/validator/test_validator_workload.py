@@ -1,0 +1,546 @@
+"""The cuda and plugin checks against the local control plane and the simulated kubelet.
+
+Container behaviour is chosen through the simulated kubelet's pod annotation, which the tests
+set with the overrides' ``annotations`` - the way a user would add any annotation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from api.v1alpha1 import ValidatorWorkloads
+from gpuctrl.cli import main
+from gpuctrl.testing import BEHAVIOR_ANNOTATION, ControlPlane, SimulatedKubelet, api_client
+from gpuctrl.validator import (
+    Failed,
+    Passed,
+    PodOwner,
+    RetryPolicy,
+    WorkloadCheck,
+    run_workload_check,
+    status_path,
+    workload_selector,
+)
+
+pytestmark = pytest.mark.controlplane
+
+# Short backoff and watches, so that a replacement pod or a re-watch costs little time here.
+QUICK = RetryPolicy(backoff=0.2, watch_seconds=10)
+# A Pod in form, but not one the apiserver accepts (a container name is not a DNS label).
+INVALID_POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {generateName: bad-}
+spec:
+  containers: [{name: Not_A_Label, image: "{{ image }}"}]
+"""
+
+
+def _check(
+    namespace: str,
+    node: str,
+    *,
+    check: str = "cuda",
+    behavior: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
+    timeout: float = 30,
+    owner: PodOwner | None = None,
+) -> WorkloadCheck:
+    document = dict(overrides or {})
+    if behavior is not None:
+        annotations = {**document.get("annotations", {}), BEHAVIOR_ANNOTATION: json.dumps(behavior)}
+        document["annotations"] = annotations
+    return WorkloadCheck(
+        check=check,
+        namespace=namespace,
+        node_name=node,
+        configmap="gpuctrl-validator-workloads",
+        image="cuda-sample:vectoradd",
+        image_pull_policy="IfNotPresent",
+        overrides=ValidatorWorkloads.model_validate(document),
+        owner=owner,
+        timeout=timeout,
+    )
+
+
+class PodHistory:
+    """Every pod created in a namespace while it runs, as first and last seen."""
+
+    def __init__(self) -> None:
+        self.created: dict[str, dict[str, Any]] = {}  # name -> the pod as first seen
+        self.latest: dict[str, dict[str, Any]] = {}
+        self.changed = asyncio.Event()
+
+    def add(self, pod: dict[str, Any]) -> None:
+        """Record ``pod`` as seen now."""
+        name = pod["metadata"]["name"]
+        self.created.setdefault(name, pod)
+        self.latest[name] = pod
+        self.changed.set()
+
+    def workload_pods(self, check: str = "cuda") -> list[dict[str, Any]]:
+        """The workload pods of ``check``, in creation order."""
+        return [
+            pod
+            for pod in self.created.values()
+            if pod["metadata"].get("labels", {}).get("gpuctrl.io/validation") == check
+        ]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def pod_history(kube_api: ApiClient, namespace: str) -> AsyncIterator[PodHistory]:
+    """Records the namespace's pods from now on."""
+    history = PodHistory()
+    core = client.CoreV1Api(kube_api)
+
+    async def record() -> None:
+        while True:  # watch again when the apiserver restarts
+            try:
+                listing = await core.list_namespaced_pod(namespace)
+                for pod in listing.items:
+                    history.add(core.api_client.sanitize_for_serialization(pod))
+                async with watch.Watch() as stream:
+                    async for event in stream.stream(
+                        core.list_namespaced_pod,
+                        namespace,
+                        resource_version=listing.metadata.resource_version,
+                    ):
+                        history.add(event["raw_object"])
+            except (aiohttp.ClientError, ApiException):
+                await asyncio.sleep(0.2)
+
+    task = asyncio.create_task(record())
+    yield history
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _workload_pods_left(kube_api: ApiClient, namespace: str, check: str) -> list[str]:
+    """Workload pods of ``check`` that still exist and are not being deleted."""
+    pods = await client.CoreV1Api(kube_api).list_namespaced_pod(
+        namespace, label_selector=workload_selector(check)
+    )
+    return [pod.metadata.name for pod in pods.items if pod.metadata.deletion_timestamp is None]
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_cuda_check_passes_writes_status_and_records_event(
+    control_plane: ControlPlane,
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+    tmp_path: Path,
+) -> None:
+    node = gpu_nodes.nodes[0].name
+    argv = [
+        "validate", "cuda", "--node", node, "--namespace", namespace,
+        "--kubeconfig", str(control_plane.kubeconfig), "--output-dir", str(tmp_path),
+        "--timeout", "30",
+    ]  # fmt: skip
+
+    code = await asyncio.to_thread(main, argv)
+
+    assert code == 0
+    assert status_path(tmp_path, "cuda").exists()
+    assert await _workload_pods_left(kube_api, namespace, "cuda") == []
+    events = await client.CoreV1Api(kube_api).list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={node}"
+    )
+    outcomes = [(e.involved_object.kind, e.reason, e.type, e.message) for e in events.items]
+    assert outcomes == [("Node", "ValidationPassed", "Normal", "cuda validation passed")]
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_plugin_check_passes_on_a_gpu(
+    kube_api: ApiClient, namespace: str, gpu_nodes: SimulatedKubelet, workload_templates: str
+) -> None:
+    check = _check(namespace, gpu_nodes.nodes[0].name, check="plugin")
+
+    assert await run_workload_check(kube_api, check, QUICK) == Passed()
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_never_exiting_injected_sidecar_does_not_hold_the_check(
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+    mesh_injector: list[str],
+    pod_history: PodHistory,
+) -> None:
+    result = await run_workload_check(kube_api, _check(namespace, gpu_nodes.nodes[0].name), QUICK)
+
+    assert result == Passed()
+    [pod] = pod_history.workload_pods()
+    assert "istio-proxy" in {c["name"] for c in pod["spec"]["containers"]}, "sidecar injected"
+    assert await _workload_pods_left(kube_api, namespace, "cuda") == []
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_istio_opt_out_label_from_the_overrides_keeps_the_sidecar_out(
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+    mesh_injector: list[str],
+    pod_history: PodHistory,
+) -> None:
+    overrides = {"labels": {"sidecar.istio.io/inject": "false"}}
+    check = _check(namespace, gpu_nodes.nodes[0].name, overrides=overrides)
+
+    assert await run_workload_check(kube_api, check, QUICK) == Passed()
+    assert mesh_injector == []
+    [pod] = pod_history.workload_pods()
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["cuda-validation-done"]
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_pod_deleted_from_outside_is_replaced_then_passes(
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+    pod_history: PodHistory,
+) -> None:
+    check = _check(
+        namespace, gpu_nodes.nodes[0].name, behavior={"cuda-validation": {"runSeconds": 1.5}}
+    )
+    run = asyncio.create_task(run_workload_check(kube_api, check, QUICK))
+    first = await _wait_for(pod_history, lambda: _running_workload_pod(pod_history))
+
+    await client.CoreV1Api(kube_api).delete_namespaced_pod(first, namespace)
+    result = await asyncio.wait_for(run, 30)
+
+    assert result == Passed()
+    names = [pod["metadata"]["name"] for pod in pod_history.workload_pods()]
+    assert len(names) == 2
+    assert names[0] == first
+    assert await _workload_pods_left(kube_api, namespace, "cuda") == []
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_pod_that_keeps_disappearing_fails_after_bounded_replacements(
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+    pod_history: PodHistory,
+) -> None:
+    check = _check(
+        namespace, gpu_nodes.nodes[0].name, behavior={"cuda-validation": {"neverExits": True}}
+    )
+    retry = RetryPolicy(max_recreations=2, backoff=0.1, watch_seconds=10)
+    run = asyncio.create_task(run_workload_check(kube_api, check, retry))
+    core = client.CoreV1Api(kube_api)
+    deleted: set[str] = set()
+    for _ in range(3):  # the first pod and both replacements
+        name = await _wait_for(pod_history, lambda: _running_workload_pod(pod_history, deleted))
+        deleted.add(name)
+        await core.delete_namespaced_pod(name, namespace)
+
+    result = await asyncio.wait_for(run, 30)
+
+    assert isinstance(result, Failed)
+    assert result.reason == "Disappeared"
+    assert "3 cuda workload pods disappeared" in result.message
+    assert len(pod_history.workload_pods()) == 3
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_watch_survives_an_apiserver_restart(
+    control_plane: ControlPlane,
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+    pod_history: PodHistory,
+) -> None:
+    check = _check(
+        namespace, gpu_nodes.nodes[0].name, behavior={"cuda-validation": {"runSeconds": 3}}
+    )
+    run = asyncio.create_task(run_workload_check(kube_api, check, QUICK))
+    first = await _wait_for(pod_history, lambda: _running_workload_pod(pod_history))
+
+    await control_plane.restart_apiserver()  # every open watch breaks
+    result = await asyncio.wait_for(run, 30)
+
+    assert result == Passed()
+    assert [p["metadata"]["name"] for p in pod_history.workload_pods()] == [first]
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_container_exiting_1_fails_with_its_exit_code(
+    kube_api: ApiClient, namespace: str, gpu_nodes: SimulatedKubelet, workload_templates: str
+) -> None:
+    check = _check(
+        namespace, gpu_nodes.nodes[0].name, behavior={"cuda-validation": {"exitCode": 1}}
+    )
+
+    result = await run_workload_check(kube_api, check, QUICK)
+
+    assert isinstance(result, Failed)
+    assert result.container == "cuda-validation"
+    assert "container cuda-validation exited with code 1" in result.message
+    assert "logs of cuda-validation unavailable" in result.message  # no log endpoint here
+    assert await _workload_pods_left(kube_api, namespace, "cuda") == []
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_image_pull_error_fails_with_that_reason(
+    kube_api: ApiClient, namespace: str, gpu_nodes: SimulatedKubelet, workload_templates: str
+) -> None:
+    behavior = {"cuda-validation": {"imagePullFails": True}}
+    check = _check(namespace, gpu_nodes.nodes[0].name, behavior=behavior)
+
+    result = await run_workload_check(kube_api, check, QUICK)
+
+    assert isinstance(result, Failed)
+    assert result.reason in ("ErrImagePull", "ImagePullBackOff")
+    assert "image cuda-sample:vectoradd cannot be pulled" in result.message
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_timeout_fails_saying_what_the_pod_waits_for(
+    kube_api: ApiClient, namespace: str, gpu_nodes: SimulatedKubelet, workload_templates: str
+) -> None:
+    behavior = {"cuda-validation": {"neverExits": True}}
+    check = _check(namespace, gpu_nodes.nodes[0].name, behavior=behavior, timeout=2)
+
+    result = await run_workload_check(kube_api, check, QUICK)
+
+    assert isinstance(result, Failed)
+    assert result.reason == "Timeout"
+    assert "cuda-validation: running" in result.message
+    assert await _workload_pods_left(kube_api, namespace, "cuda") == []
+
+
+@pytest.mark.gpu_nodes(count=2)
+async def test_all_stale_pods_of_the_check_on_the_node_are_removed_first(
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+    pod_history: PodHistory,
+) -> None:
+    node, other_node = (n.name for n in gpu_nodes.nodes)
+    core = client.CoreV1Api(kube_api)
+    stale = [
+        await _stale_pod(core, namespace, node, "cuda"),
+        await _stale_pod(core, namespace, node, "cuda"),
+        await _stale_pod(core, namespace, node, "cuda"),
+    ]
+    kept = [
+        await _stale_pod(core, namespace, other_node, "cuda"),
+        await _stale_pod(core, namespace, node, "plugin"),
+    ]
+
+    result = await run_workload_check(kube_api, _check(namespace, node), QUICK)
+
+    assert result == Passed()
+    existing = {pod.metadata.name for pod in (await core.list_namespaced_pod(namespace)).items}
+    assert not existing & set(stale)
+    assert set(kept) <= existing
+    earlier = {*stale, *kept}
+    [workload] = [p for p in pod_history.workload_pods() if p["metadata"]["name"] not in earlier]
+    created = [pod_history.created[name]["metadata"]["creationTimestamp"] for name in stale]
+    assert workload["metadata"]["creationTimestamp"] >= max(created)
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_overrides_reach_every_container_and_init_container(
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+    pod_history: PodHistory,
+) -> None:
+    resources = {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "96Mi"}}
+    overrides = {
+        "labels": {"sidecar.istio.io/inject": "false"},
+        "annotations": {"team": "gpu"},
+        "resources": resources,
+        "securityContext": {"runAsUser": 2000, "runAsNonRoot": True},
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+        "runtimeClassName": "nvidia-legacy",
+    }
+    owner = await _agent_pod(client.CoreV1Api(kube_api), namespace, gpu_nodes.nodes[0].name)
+    check = _check(namespace, gpu_nodes.nodes[0].name, overrides=overrides, owner=owner)
+
+    assert await run_workload_check(kube_api, check, QUICK) == Passed()
+
+    [pod] = pod_history.workload_pods()
+    for container in _containers(pod):
+        assert container["resources"] == {
+            "requests": {"cpu": "50m", "memory": "96Mi"},
+            "limits": {"memory": "96Mi"},
+        }, container["name"]
+    assert pod["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
+    assert pod["metadata"]["annotations"]["team"] == "gpu"
+    assert pod["spec"]["securityContext"] == {"runAsUser": 2000, "runAsNonRoot": True}
+    assert {"key": "dedicated", "operator": "Exists"} in pod["spec"]["tolerations"]
+    assert pod["spec"]["runtimeClassName"] == "nvidia-legacy"
+    [reference] = pod["metadata"]["ownerReferences"]
+    assert (reference["kind"], reference["name"], reference["uid"]) == (
+        "Pod",
+        owner.name,
+        owner.uid,
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "complaint"),
+    [
+        pytest.param(None, "the ConfigMap does not exist", id="no-configmap"),
+        pytest.param({"plugin.yaml": "kind: Pod"}, "the ConfigMap has no such key", id="no-key"),
+        pytest.param({"cuda.yaml": "kind: Pod\nspec: [\n"}, "line 3: not YAML", id="not-yaml"),
+        pytest.param(
+            {"cuda.yaml": "apiVersion: v1\nkind: Pod\n{% if %}\n"},
+            "line 3: Jinja2 syntax error",
+            id="jinja2-syntax",
+        ),
+        pytest.param(
+            {"cuda.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: '{{ gpu }}'}\n"},
+            "line 3: unknown template variable(s) gpu",
+            id="unknown-variable",
+        ),
+        pytest.param(
+            {"cuda.yaml": "apiVersion: v1\nkind: ConfigMap\ndata: {}\n"},
+            "line 2: not a Pod",
+            id="not-a-pod",
+        ),
+        pytest.param(
+            {"cuda.yaml": INVALID_POD},
+            "the apiserver rejects the pod: ",
+            id="invalid-pod",
+        ),
+    ],
+)
+@pytest.mark.gpu_nodes(count=1)
+async def test_template_error_exits_2_naming_configmap_key_and_line_and_creates_no_pod(
+    control_plane: ControlPlane,
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    data: dict[str, str] | None,
+    complaint: str,
+) -> None:
+    core = client.CoreV1Api(kube_api)
+    if data is not None:
+        await core.create_namespaced_config_map(
+            namespace, {"metadata": {"name": "my-templates"}, "data": data}
+        )
+    argv = [
+        "validate", "cuda", "--node", gpu_nodes.nodes[0].name, "--namespace", namespace,
+        "--kubeconfig", str(control_plane.kubeconfig), "--output-dir", str(tmp_path),
+        "--templates-configmap", "my-templates",
+    ]  # fmt: skip
+
+    code = await asyncio.to_thread(main, argv)
+
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"ConfigMap {namespace}/my-templates, key cuda.yaml" in err
+    assert complaint in err
+    if "apiserver" in complaint:
+        assert 'spec.containers[0].name: Invalid value: "Not_A_Label"' in err
+    assert (await core.list_namespaced_pod(namespace)).items == []
+    assert not status_path(tmp_path, "cuda").exists()
+
+
+@pytest.mark.gpu_nodes(count=50)
+async def test_fifty_nodes_validate_at_once(
+    control_plane: ControlPlane,
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+) -> None:
+    async def validate(node: str) -> Passed | Failed:
+        async with await api_client(control_plane.kubeconfig) as api:  # one agent, one client
+            return await run_workload_check(api, _check(namespace, node, timeout=60), QUICK)
+
+    results = await asyncio.gather(*(validate(node.name) for node in gpu_nodes.nodes))
+
+    assert results == [Passed()] * 50
+    assert await _workload_pods_left(kube_api, namespace, "cuda") == []
+
+
+async def _wait_for(history: PodHistory, find: Any) -> Any:
+    """Wait (up to 20 s) until ``find()`` returns something, re-checking on every pod change."""
+    async with asyncio.timeout(20):
+        while (found := find()) is None:
+            history.changed.clear()
+            await history.changed.wait()
+    return found
+
+
+def _running_workload_pod(
+    history: PodHistory, skip: frozenset[str] | set[str] = frozenset()
+) -> str | None:
+    """A workload pod whose init container is running (mid-run), if there is one."""
+    for pod in history.workload_pods():
+        name = pod["metadata"]["name"]
+        latest = history.latest[name]
+        if name not in skip and latest.get("status", {}).get("phase") in ("Pending", "Running"):
+            statuses = latest["status"].get("initContainerStatuses") or []
+            if any("running" in (s.get("state") or {}) for s in statuses):
+                return name
+    return None
+
+
+async def _stale_pod(core: client.CoreV1Api, namespace: str, node: str, check: str) -> str:
+    """A workload pod left over by an earlier run: labelled as one, never finishing."""
+    pod = await core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {
+                "generateName": f"stale-{check}-",
+                "labels": {
+                    "app.kubernetes.io/managed-by": "gpuctrl",
+                    "gpuctrl.io/validation": check,
+                },
+                "annotations": {BEHAVIOR_ANNOTATION: json.dumps({"work": {"neverExits": True}})},
+            },
+            "spec": {
+                "nodeName": node,
+                "restartPolicy": "Never",
+                "containers": [{"name": "work", "image": "cuda-sample:vectoradd"}],
+            },
+        },
+    )
+    return pod.metadata.name
+
+
+async def _agent_pod(core: client.CoreV1Api, namespace: str, node: str) -> PodOwner:
+    """A pod standing for the validator DaemonSet's pod the agent runs in."""
+    pod = await core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"generateName": "gpuctrl-validator-"},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "sleep", "image": "gpuctrl:latest"}],
+            },
+        },
+    )
+    return PodOwner(pod.metadata.name, pod.metadata.uid)

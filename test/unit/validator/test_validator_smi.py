@@ -1,0 +1,171 @@
+"""The driver and toolkit checks against a stand-in nvidia-smi, through the real CLI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from gpuctrl.cli import main
+from gpuctrl.validator import driver_command, status_path
+
+GOOD_SMI = "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-1234)'\n"
+BROKEN_SMI = (
+    "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA"
+    ' driver."\nexit 9\n'
+)
+
+
+def _install(directory: Path, script: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "nvidia-smi"
+    temporary = directory / ".nvidia-smi.tmp"
+    temporary.write_text(script)
+    temporary.chmod(0o755)
+    temporary.rename(path)  # appears whole, as a driver install would
+    return path
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder first on PATH, where a test puts its stand-in nvidia-smi."""
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    monkeypatch.setenv("PATH", f"{directory}{os.pathsep}{os.environ['PATH']}")
+    return directory
+
+
+def test_toolkit_passes_and_writes_status(
+    bin_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _install(bin_dir, GOOD_SMI)
+    out = tmp_path / "validations"
+
+    code = main(["validate", "toolkit", "--output-dir", str(out)])
+
+    assert code == 0
+    assert status_path(out, "toolkit").read_text().startswith("ran: nvidia-smi\npassed\nGPU 0")
+    assert capsys.readouterr().out == "toolkit validation passed\n"
+    assert sorted(p.name for p in out.iterdir()) == ["toolkit-ready"], "no temporary file left"
+
+
+def test_toolkit_failure_reports_command_and_output_and_removes_stale_status(
+    bin_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _install(bin_dir, BROKEN_SMI)
+    out = tmp_path / "validations"
+    out.mkdir()
+    status_path(out, "toolkit").write_text("from an earlier run")
+
+    code = main(["validate", "toolkit", "--output-dir", str(out)])
+
+    assert code == 1
+    assert not status_path(out, "toolkit").exists()
+    err = capsys.readouterr().err
+    assert "ran: nvidia-smi\nfailed\n" in err
+    assert "couldn't communicate with the NVIDIA driver" in err
+    assert "exit code 9" in err
+
+
+def test_driver_without_nvidia_smi_fails_saying_not_found(
+    bin_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["validate", "driver", "--host-root", "/", "--driver-root", str(tmp_path / "none"),
+         "--output-dir", str(tmp_path)]
+    )  # fmt: skip
+
+    assert code == 1
+    assert "nvidia-smi: not found" in capsys.readouterr().err
+
+
+def test_driver_wait_retries_until_nvidia_smi_appears(bin_dir: Path, tmp_path: Path) -> None:
+    appear = threading.Timer(0.6, _install, (bin_dir, GOOD_SMI))
+    appear.start()
+    try:
+        code = main(
+            ["validate", "driver", "--wait", "--retry-interval", "0.1", "--timeout", "20",
+             "--host-root", "/", "--driver-root", str(tmp_path / "none"),
+             "--output-dir", str(tmp_path)]
+        )  # fmt: skip
+    finally:
+        appear.cancel()
+        appear.join()
+
+    assert code == 0
+    assert status_path(tmp_path, "driver").exists()
+
+
+def test_driver_wait_gives_up_at_the_timeout(
+    bin_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _install(bin_dir, BROKEN_SMI)
+
+    code = main(
+        ["validate", "driver", "--wait", "--retry-interval", "0.1", "--timeout", "0.5",
+         "--host-root", "/", "--driver-root", str(tmp_path / "none"),
+         "--output-dir", str(tmp_path)]
+    )  # fmt: skip
+
+    assert code == 1
+    assert "exit code 9" in capsys.readouterr().err
+    assert not status_path(tmp_path, "driver").exists()
+
+
+def test_driver_command_prefers_an_installed_driver_container_root(tmp_path: Path) -> None:
+    host, driver = tmp_path / "host", tmp_path / "driver"
+
+    assert driver_command(host, driver) == ("chroot", str(host), "nvidia-smi")
+    assert driver_command(Path("/"), driver) == ("nvidia-smi",)
+    _install(driver / "usr" / "bin", GOOD_SMI)
+    assert driver_command(host, driver) == ("chroot", str(driver), "nvidia-smi")
+
+
+def _minimal_root(root: Path, smi: str) -> None:
+    """A root holding /bin/sh, the libraries it needs and ``smi`` as /usr/bin/nvidia-smi."""
+    shell = Path(shutil.which("dash") or "/bin/sh").resolve()
+    libraries = subprocess.run(["ldd", str(shell)], capture_output=True, text=True, check=True)
+    for word in libraries.stdout.split():
+        if word.startswith("/"):
+            target = root / word.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(word).resolve(), target)
+    (root / "bin").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(shell, root / "bin" / "sh")
+    _install(root / "usr" / "bin", smi)
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="chroot needs root"
+)
+def test_driver_runs_nvidia_smi_inside_the_host_root(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host = tmp_path / "host"
+    _minimal_root(host, '#!/bin/sh\nread where < /where\necho "driver answers from $where"\n')
+    (host / "where").write_text("the host root\n")
+
+    code = main(
+        ["validate", "driver", "--host-root", str(host), "--driver-root", str(tmp_path / "none"),
+         "--output-dir", str(tmp_path / "out")]
+    )  # fmt: skip
+
+    assert code == 0, capsys.readouterr().err
+    report = status_path(tmp_path / "out", "driver").read_text()
+    assert report.startswith(f"ran: chroot {host} nvidia-smi\npassed\n")
+    assert "driver answers from the host root" in report
+
+
+def test_the_smi_checks_never_load_the_kubernetes_client() -> None:
+    probe = "import sys, gpuctrl.validator.cli; print('kubernetes_asyncio' in sys.modules)"
+
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+
+    assert result.stdout == "False\n"
