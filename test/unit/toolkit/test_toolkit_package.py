@@ -1,0 +1,68 @@
+"""The package's public surface, and that the agent never loads a Kubernetes client."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import gpuctrl.toolkit
+from gpuctrl.toolkit._restart import peer_pid, restart, systemd_command
+
+
+def test_all_is_sorted_and_complete() -> None:
+    names = gpuctrl.toolkit.__all__
+    assert names == sorted(names)
+    assert all(hasattr(gpuctrl.toolkit, name) for name in names)
+    public = {
+        name
+        for name, value in vars(gpuctrl.toolkit).items()
+        if name.isidentifier() and not name.startswith("_") and not isinstance(value, ModuleType)
+    }
+    assert public == set(names)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import gpuctrl.toolkit.cli",
+        "from gpuctrl.cli import main\ntry:\n    main(['toolkit', 'install', '--help'])\n"
+        "except SystemExit:\n    pass",
+    ],
+    ids=["import", "help"],
+)
+def test_toolkit_does_not_load_kubernetes(code: str) -> None:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    modules = json.loads(done.stdout.splitlines()[-1])
+    assert "gpuctrl.toolkit.cli" in modules
+    assert not [m for m in modules if m.startswith(("kubernetes_asyncio", "aiohttp"))]
+
+
+@pytest.mark.parametrize(
+    ("runtime", "host_root", "command"),
+    [
+        ("containerd", "/", ["systemctl", "restart", "containerd"]),
+        ("crio", "/host", ["chroot", "/host", "systemctl", "restart", "crio"]),
+    ],
+)
+def test_systemd_command(runtime: str, host_root: str, command: list[str]) -> None:
+    assert systemd_command(runtime, host_root) == command
+
+
+def test_peer_pid_names_the_socket_owner(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        server.listen(1)
+        assert peer_pid(path) == os.getpid()
+
+
+def test_restart_none_does_nothing() -> None:
+    assert "not restarted" in restart("none", "containerd", "/nonexistent.sock")
