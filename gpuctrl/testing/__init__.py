@@ -1,8 +1,32 @@
 """gpuctrl.testing: a real local control plane, a simulated kubelet and test helpers.
 
 The Python counterpart of controller-runtime's envtest: etcd and kube-apiserver (optionally
-kube-controller-manager and kube-scheduler) on loopback, simulated GPU nodes whose pods move
-through a realistic lifecycle, a fake clock, and pytest fixtures.
+kube-controller-manager and kube-scheduler) on loopback (`ControlPlane`), simulated GPU nodes
+whose pods move through a realistic lifecycle (`SimulatedKubelet`, `SimulatedNode`,
+`ContainerBehavior`), a fake clock, `eventually` for polling, and pytest fixtures
+(`gpuctrl.testing.pytest_plugin`, loaded automatically by pytest: `control_plane`, `kube_api`,
+`namespace`, `gpu_nodes`).
 """
 
-__all__: list[str] = []
+from ._behavior import BEHAVIOR_ANNOTATION, BehaviorError, ContainerBehavior
+from ._clock import FakeClock
+from ._controlplane import ControlPlane, ControlPlaneError, default_assets_dir
+from ._eventually import eventually
+from ._kubeconfig import api_client
+from ._kubelet import SimulatedKubelet
+from ._nodes import SimulatedNode, simulated_gpu_nodes
+
+__all__ = [
+    "BEHAVIOR_ANNOTATION",
+    "BehaviorError",
+    "ContainerBehavior",
+    "ControlPlane",
+    "ControlPlaneError",
+    "FakeClock",
+    "SimulatedKubelet",
+    "SimulatedNode",
+    "api_client",
+    "default_assets_dir",
+    "eventually",
+    "simulated_gpu_nodes",
+]

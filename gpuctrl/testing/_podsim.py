@@ -1,0 +1,305 @@
+"""The lifecycle of one pod on a simulated kubelet, as a pure discrete-event state machine.
+
+`new_pod` starts a pod at a time; `advance(pod, now)` applies, in time order, every transition due
+by `now`; `next_due(pod)` says when the next one is (None: nothing more will happen by itself);
+`_podstatus.pod_status(pod)` renders the `status` a real kubelet would report. Timestamps come
+from the transition times, not from the time `advance` was called, so a late caller sees the same
+history.
+
+The lifecycle follows the kubelet: init containers run one after another, each to exit 0
+(a failure restarts it unless restartPolicy is Never, which fails the pod); then all containers
+start together. A container is ContainerCreating for a moment, then Running (or ErrImagePull ->
+ImagePullBackOff if its image cannot be pulled), then, unless it never exits, Terminated with its
+exit code; restartPolicy decides whether it restarts after a CrashLoopBackOff (restartCount + 1).
+The pod phase is computed as the kubelet's getPhase does; Succeeded and Failed are final.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._behavior import ContainerBehavior
+
+__all__ = [
+    "NOT_STARTED",
+    "Condition",
+    "ContainerSim",
+    "PodSim",
+    "Termination",
+    "advance",
+    "config_error_pod",
+    "new_pod",
+    "next_due",
+    "pod_conditions",
+    "pod_phase",
+]
+
+CREATE_SECONDS = 0.05  # ContainerCreating -> Running: images are "present"
+PULL_BACKOFF_SECONDS = 0.5  # ErrImagePull -> ImagePullBackOff
+RESTART_BACKOFF_SECONDS = 0.2  # doubles with every restart ...
+RESTART_BACKOFF_CAP_SECONDS = 5.0  # ... up to this
+
+Seconds = datetime.timedelta
+Condition = tuple[bool, str | None, str | None]
+"""A condition's status, reason and message."""
+_KINDS = ("initContainers", "containers")
+NOT_STARTED = ("pending", "creating", "pull-failed", "pull-backoff", "config-error")
+State = Literal[
+    "pending",  # not started yet: waits for earlier init containers (PodInitializing)
+    "creating",  # ContainerCreating
+    "pull-failed",  # ErrImagePull
+    "pull-backoff",  # ImagePullBackOff; stays so
+    "running",
+    "crash-backoff",  # CrashLoopBackOff after a termination, before the restart
+    "terminated",  # final unless restarted
+    "config-error",  # CreateContainerConfigError; stays so
+]
+
+
+@dataclass(frozen=True)
+class Termination:
+    """One finished run of a container."""
+
+    exit_code: int
+    started_at: datetime.datetime
+    finished_at: datetime.datetime
+    container_id: str
+
+
+@dataclass(frozen=True)
+class ContainerSim:
+    """One container (or init container) and where it is in its lifecycle."""
+
+    name: str
+    image: str
+    init: bool
+    behavior: ContainerBehavior
+    state: State = "pending"
+    since: datetime.datetime | None = None  # when `state` was entered
+    restart_count: int = 0
+    termination: Termination | None = None  # of the current run, once state is "terminated"
+    last: Termination | None = None  # the previous run (lastState), once restarted
+
+    def due(self, restart_policy: str) -> datetime.datetime | None:
+        """When this container's next transition happens, None if it never does by itself."""
+        if self.since is None:
+            return None
+        delay: float | None = {
+            "creating": CREATE_SECONDS,
+            "pull-failed": PULL_BACKOFF_SECONDS,
+            "running": None if self.behavior.never_exits else self.behavior.run_seconds,
+            "crash-backoff": self.backoff_seconds,
+            "terminated": 0.0 if self._restarts(restart_policy) else None,
+        }.get(self.state)
+        return None if delay is None else self.since + Seconds(seconds=delay)
+
+    def fire(self, at: datetime.datetime, uid: str) -> ContainerSim:
+        """The container after its due transition, which happens at `at`."""
+        if self.state == "creating" and self.behavior.image_pull_fails:
+            return self._enter("pull-failed", at)
+        if self.state == "pull-failed":
+            return self._enter("pull-backoff", at)
+        if self.state in ("creating", "crash-backoff"):
+            restarts = self.restart_count + (self.state == "crash-backoff")
+            return dataclasses.replace(self._enter("running", at), restart_count=restarts)
+        if self.state == "running":
+            assert self.since is not None
+            termination = Termination(
+                self.behavior.exit_code, self.since, at, self.container_id(uid)
+            )
+            return dataclasses.replace(self._enter("terminated", at), termination=termination)
+        return dataclasses.replace(self._enter("crash-backoff", at), last=self.termination)
+
+    def start(self, at: datetime.datetime) -> ContainerSim:
+        """A pending container begins ContainerCreating."""
+        return self._enter("creating", at)
+
+    @property
+    def backoff_seconds(self) -> float:
+        """How long a CrashLoopBackOff lasts before the next restart."""
+        return min(RESTART_BACKOFF_SECONDS * 2.0**self.restart_count, RESTART_BACKOFF_CAP_SECONDS)
+
+    @property
+    def succeeded(self) -> bool:
+        """Terminated with exit code 0."""
+        return (
+            self.state == "terminated"
+            and self.termination is not None
+            and (self.termination.exit_code == 0)
+        )
+
+    @property
+    def ready(self) -> bool:
+        """What the kubelet reports as `ready`: running and passing readiness (init: done)."""
+        if self.init:
+            return self.succeeded
+        return self.state == "running" and self.behavior.ready
+
+    def container_id(self, uid: str) -> str:
+        """The runtime's id of the current run."""
+        digest = hashlib.sha256(f"{uid}/{self.name}/{self.restart_count}".encode()).hexdigest()
+        return f"containerd://{digest}"
+
+    def _restarts(self, restart_policy: str) -> bool:
+        if self.termination is None or restart_policy == "Never":
+            return False
+        return (restart_policy == "Always" and not self.init) or self.termination.exit_code != 0
+
+    def _enter(self, state: State, at: datetime.datetime) -> ContainerSim:
+        return dataclasses.replace(self, state=state, since=at, termination=None)
+
+
+@dataclass(frozen=True)
+class PodSim:
+    """A pod as its kubelet runs it."""
+
+    uid: str
+    restart_policy: str
+    started_at: datetime.datetime
+    host_ip: str
+    pod_ip: str
+    containers: tuple[ContainerSim, ...]  # init containers first, in order
+    config_error: str | None = None
+    # Condition type -> (status, the time it took that status).
+    conditions: Mapping[str, tuple[bool, datetime.datetime]] = dataclasses.field(
+        default_factory=dict
+    )
+
+    @property
+    def init_containers(self) -> tuple[ContainerSim, ...]:
+        """The init containers, in order."""
+        return tuple(c for c in self.containers if c.init)
+
+    @property
+    def app_containers(self) -> tuple[ContainerSim, ...]:
+        """The (regular) containers."""
+        return tuple(c for c in self.containers if not c.init)
+
+
+def new_pod(
+    pod: Mapping[str, Any],
+    behaviors: Mapping[str, ContainerBehavior],
+    *,
+    host_ip: str,
+    pod_ip: str,
+    now: datetime.datetime,
+) -> PodSim:
+    """The simulation of `pod` (a JSON dict) as its kubelet starts it at `now`."""
+    spec = pod["spec"]
+    containers = tuple(
+        ContainerSim(c["name"], c.get("image", ""), kind == "initContainers", behaviors[c["name"]])
+        for kind in _KINDS
+        for c in spec.get(kind) or []
+    )
+    sim = PodSim(
+        uid=pod["metadata"]["uid"],
+        restart_policy=spec.get("restartPolicy", "Always"),
+        started_at=now,
+        host_ip=host_ip,
+        pod_ip=host_ip if spec.get("hostNetwork") else pod_ip,
+        containers=containers,
+    )
+    return _settle(sim, now)
+
+
+def config_error_pod(
+    pod: Mapping[str, Any], message: str, *, host_ip: str, now: datetime.datetime
+) -> PodSim:
+    """A pod whose containers cannot be created (CreateContainerConfigError with `message`)."""
+    spec = pod["spec"]
+    names = [c["name"] for kind in _KINDS for c in spec.get(kind) or []]
+    behaviors = dict.fromkeys(names, ContainerBehavior())
+    sim = new_pod(pod, behaviors, host_ip=host_ip, pod_ip="", now=now)
+    containers = tuple(
+        dataclasses.replace(c, state="config-error", since=now) for c in sim.containers
+    )
+    return dataclasses.replace(sim, containers=containers, config_error=message)
+
+
+def advance(sim: PodSim, now: datetime.datetime) -> PodSim:
+    """`sim` after every transition due by `now`, applied in time order."""
+    while True:
+        due = next_due(sim)
+        if due is None or due > now:
+            return sim
+        index = next(i for i, c in enumerate(sim.containers) if c.due(sim.restart_policy) == due)
+        containers = list(sim.containers)
+        containers[index] = containers[index].fire(due, sim.uid)
+        sim = _settle(dataclasses.replace(sim, containers=tuple(containers)), due)
+
+
+def next_due(sim: PodSim) -> datetime.datetime | None:
+    """When the next transition is due; None once the pod is finished or stuck."""
+    if pod_phase(sim) in ("Succeeded", "Failed"):
+        return None
+    times = [t for c in sim.containers if (t := c.due(sim.restart_policy)) is not None]
+    return min(times, default=None)
+
+
+def pod_phase(sim: PodSim) -> str:
+    """The phase, computed as the kubelet's getPhase does."""
+    for container in sim.init_containers:
+        failed = container.state == "terminated" and not container.succeeded
+        if failed and container.due(sim.restart_policy) is None:
+            return "Failed"
+    if not all(c.succeeded for c in sim.init_containers):
+        return "Pending"
+    containers = sim.app_containers
+    if any(c.state in NOT_STARTED for c in containers):
+        return "Pending"
+    if any(c.state == "running" for c in containers):
+        return "Running"
+    if sim.restart_policy == "Always" or any(c.state == "crash-backoff" for c in containers):
+        return "Running"
+    if all(c.succeeded for c in containers):
+        return "Succeeded"
+    return "Failed" if sim.restart_policy == "Never" else "Running"
+
+
+def _settle(sim: PodSim, at: datetime.datetime) -> PodSim:
+    """Start the containers whose turn has come, then record condition changes, all at `at`."""
+    containers = list(sim.containers)
+    for index, container in enumerate(containers):
+        if container.state != "pending":
+            continue
+        earlier_inits = [c for c in containers[:index] if c.init]
+        if all(c.succeeded for c in earlier_inits):
+            containers[index] = container.start(at)
+        if container.init:
+            break  # one init container at a time
+    sim = dataclasses.replace(sim, containers=tuple(containers))
+    conditions = dict(sim.conditions)
+    for kind, (status, _reason, _message) in pod_conditions(sim).items():
+        if kind not in conditions or conditions[kind][0] != status:
+            conditions[kind] = (status, at)
+    return dataclasses.replace(sim, conditions=conditions)
+
+
+def pod_conditions(sim: PodSim) -> dict[str, Condition]:
+    """Each condition's (status, reason, message), as the kubelet computes them."""
+    incomplete = [c.name for c in sim.init_containers if not c.succeeded]
+    unready = [c.name for c in sim.app_containers if not c.ready]
+    initialized: Condition = (True, None, None)
+    if incomplete:
+        message = f"containers with incomplete status: [{' '.join(incomplete)}]"
+        initialized = (False, "ContainersNotInitialized", message)
+    ready: Condition = (True, None, None)
+    if pod_phase(sim) in ("Succeeded", "Failed"):
+        ready = (False, "PodCompleted", None)
+    elif unready:
+        ready = (
+            False,
+            "ContainersNotReady",
+            f"containers with unready status: [{' '.join(unready)}]",
+        )
+    return {
+        "Initialized": initialized,
+        "Ready": ready,
+        "ContainersReady": ready,
+        "PodScheduled": (True, None, None),
+    }
