@@ -30,13 +30,15 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "toolkit", "configure containerd / CRI-O for the NVIDIA runtime", "gpuctrl.toolkit.cli"
     ),
     Subcommand(
-        "validate", "run the driver, toolkit, CUDA and device-plugin checks", "gpuctrl.validator.cli"
+        "validate", "check the driver, toolkit, CUDA and device plugin", "gpuctrl.validator.cli"
     ),
     Subcommand(
         "render", "render the objects a ClusterPolicy asks for, offline", "controllers.render.cli"
     ),
     Subcommand(
-        "migrate", "convert an nvidia.com/v1 ClusterPolicy to gpuctrl.io/v1alpha1", "api.migrate"
+        "migrate",
+        "convert an nvidia.com/v1 ClusterPolicy to gpuctrl.io/v1alpha1",
+        "controllers.migrate",
     ),
 )
 
@@ -56,7 +58,7 @@ def _top_parser(subcommands: Sequence[Subcommand]) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` (default: ``sys.argv[1:]``), run the chosen subcommand, return its exit code."""
+    """Run the subcommand named in ``argv`` (default ``sys.argv[1:]``); return its exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     by_name = {sub.name: sub for sub in SUBCOMMANDS}
     if not args or args[0] not in by_name:

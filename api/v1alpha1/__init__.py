@@ -1,0 +1,94 @@
+"""gpuctrl.io/v1alpha1: ClusterPolicy, PodPolicy, the types they are made of and their checks.
+
+Every model is frozen, camelCase on the wire (``Model.model_validate(mapping)``; `wire` gives
+the mapping back) and accepts Python field names too. `load_cluster_policy` parses and runs
+`validate`, raising `InvalidPolicy` with every problem and its field path.
+"""
+
+from api.v1alpha1._base import (
+    EnvVar,
+    LocalObjectReference,
+    ResourceRequirements,
+    Toleration,
+    wire,
+)
+from api.v1alpha1._clusterpolicy import ClusterPolicy, ClusterPolicySpec
+from api.v1alpha1._component import Component, image_reference
+from api.v1alpha1._daemonsets import DaemonsetsSpec, OperatorSpec, RollingUpdate
+from api.v1alpha1._deviceplugin import DevicePluginSpec
+from api.v1alpha1._driver import CertConfig, DriverSpec, RepoConfig
+from api.v1alpha1._podpolicy import (
+    LabelSelector,
+    Mesh,
+    MeshOptOut,
+    PodPolicy,
+    PodPolicySpec,
+    PodTargets,
+    TargetComponent,
+    mesh_opt_outs,
+)
+from api.v1alpha1._quantity import parse_quantity
+from api.v1alpha1._status import ClusterPolicyStatus, Condition, State
+from api.v1alpha1._toolkit import (
+    ContainerdDistribution,
+    ContainerdSettings,
+    DropInMode,
+    RestartMode,
+    ToolkitSpec,
+    containerd_defaults,
+)
+from api.v1alpha1._validation import (
+    InvalidPolicy,
+    Problem,
+    load_cluster_policy,
+    load_pod_policy,
+    validate,
+    validate_pod_policy,
+)
+from api.v1alpha1._validator import ValidatorCheck, ValidatorSpec, ValidatorWorkloads
+
+__all__ = [
+    "CertConfig",
+    "ClusterPolicy",
+    "ClusterPolicySpec",
+    "ClusterPolicyStatus",
+    "Component",
+    "Condition",
+    "ContainerdDistribution",
+    "ContainerdSettings",
+    "DaemonsetsSpec",
+    "DevicePluginSpec",
+    "DriverSpec",
+    "DropInMode",
+    "EnvVar",
+    "InvalidPolicy",
+    "LabelSelector",
+    "LocalObjectReference",
+    "Mesh",
+    "MeshOptOut",
+    "OperatorSpec",
+    "PodPolicy",
+    "PodPolicySpec",
+    "PodTargets",
+    "Problem",
+    "RepoConfig",
+    "ResourceRequirements",
+    "RestartMode",
+    "RollingUpdate",
+    "State",
+    "TargetComponent",
+    "Toleration",
+    "ToolkitSpec",
+    "ValidatorCheck",
+    "ValidatorSpec",
+    "ValidatorWorkloads",
+    "containerd_defaults",
+    "image_reference",
+    "load_cluster_policy",
+    "load_pod_policy",
+    "mesh_opt_outs",
+    "parse_quantity",
+    "validate",
+    "validate_pod_policy",
+    "wire",
+]

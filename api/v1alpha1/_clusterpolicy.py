@@ -1,0 +1,49 @@
+"""ClusterPolicy: the cluster-wide description of the GPU stack gpuctrl deploys."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from api.v1alpha1._base import ApiModel
+from api.v1alpha1._daemonsets import DaemonsetsSpec, OperatorSpec
+from api.v1alpha1._deviceplugin import DevicePluginSpec
+from api.v1alpha1._driver import DriverSpec
+from api.v1alpha1._status import ClusterPolicyStatus
+from api.v1alpha1._toolkit import ToolkitSpec
+from api.v1alpha1._validator import ValidatorSpec
+
+__all__ = ["GROUP", "VERSION", "ClusterPolicy", "ClusterPolicySpec"]
+
+GROUP = "gpuctrl.io"
+VERSION = "v1alpha1"
+
+
+class ClusterPolicySpec(ApiModel):
+    """The desired GPU stack. An empty spec is valid: every field has a default."""
+
+    operator: OperatorSpec = Field(default_factory=OperatorSpec, description="Operator-wide.")
+    daemonsets: DaemonsetsSpec = Field(
+        default_factory=DaemonsetsSpec, description="Applied to every operand DaemonSet."
+    )
+    driver: DriverSpec = Field(default_factory=DriverSpec, description="The NVIDIA driver.")
+    toolkit: ToolkitSpec = Field(
+        default_factory=ToolkitSpec, description="The container toolkit agent."
+    )
+    validator: ValidatorSpec = Field(
+        default_factory=ValidatorSpec, description="The validator agent."
+    )
+    device_plugin: DevicePluginSpec = Field(
+        default_factory=DevicePluginSpec, description="NVIDIA's device plugin."
+    )
+
+
+class ClusterPolicy(ApiModel):
+    """A ``gpuctrl.io/v1alpha1`` ClusterPolicy object (cluster-scoped)."""
+
+    api_version: Literal["gpuctrl.io/v1alpha1"] = "gpuctrl.io/v1alpha1"
+    kind: Literal["ClusterPolicy"] = "ClusterPolicy"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: ClusterPolicySpec = Field(default_factory=ClusterPolicySpec)
+    status: ClusterPolicyStatus | None = None

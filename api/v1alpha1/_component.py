@@ -1,0 +1,46 @@
+"""Fields every operand section shares: image, pull settings, env, resources, args."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from api.v1alpha1._base import ApiModel, EnvVar, PullPolicy, ResourceRequirements
+
+__all__ = ["AGENT_REPOSITORY", "AGENT_VERSION", "Component", "image_reference"]
+
+# gpuctrl's own image, which runs the toolkit and validator agents.
+AGENT_REPOSITORY = "ghcr.io/gpuctrl"
+AGENT_VERSION = "0.1.0"
+
+
+class Component(ApiModel):
+    """An operand: where its image comes from and how its container runs.
+
+    Subclasses set the defaults of ``repository``, ``image`` and ``version``; the image
+    reference is ``repository/image:version``, or ``repository/image@sha256:...`` when
+    ``version`` is a digest.
+    """
+
+    enabled: bool = Field(default=True, description="Whether gpuctrl deploys this operand.")
+    repository: str = Field(description="Image registry and path, e.g. nvcr.io/nvidia.")
+    image: str = Field(description="Image name.")
+    version: str = Field(description="Image tag, or a sha256: digest.")
+    image_pull_policy: PullPolicy = Field(
+        default="IfNotPresent", description="Pull policy of the image."
+    )
+    image_pull_secrets: list[str] = Field(
+        default_factory=list, description="Secrets in the operator namespace used to pull."
+    )
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
+    resources: ResourceRequirements | None = Field(
+        default=None, description="Resources of the operand's containers."
+    )
+    args: list[str] = Field(default_factory=list, description="Extra container arguments.")
+
+
+def image_reference(component: Component, tag_suffix: str = "") -> str:
+    """The image of ``component``; ``tag_suffix`` (``-ubuntu22.04``) extends a tag, not a digest."""
+    base = f"{component.repository}/{component.image}" if component.repository else component.image
+    if component.version.startswith("sha256:"):
+        return f"{base}@{component.version}"
+    return f"{base}:{component.version}{tag_suffix}"

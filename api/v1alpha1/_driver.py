@@ -1,0 +1,55 @@
+"""The driver section of a ClusterPolicy, with its package-repository settings."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from api.v1alpha1._base import ApiModel
+from api.v1alpha1._component import Component
+
+__all__ = ["CertConfig", "DriverSpec", "RepoConfig"]
+
+
+class RepoConfig(ApiModel):
+    """Package repositories the driver container installs kernel headers from."""
+
+    config_map_name: str | None = Field(
+        default=None,
+        description="ConfigMap in the operator namespace; each key is mounted read-only as a "
+        "file in the OS's repository folder (e.g. /etc/apt/sources.list.d/<key>).",
+    )
+    # Checked by api.v1alpha1.validate: absolute, normalised, unique, outside system folders,
+    # and only together with config_map_name (the source entry that points at them).
+    node_local_paths: list[str] = Field(
+        default_factory=list,
+        description="Host folders holding a package repository (e.g. a file:///opt/local-"
+        "packages apt repo on the node image), mounted read-only at the same path in the "
+        "driver container. Requires configMapName.",
+    )
+
+
+class CertConfig(ApiModel):
+    """CA certificates the driver container trusts when it fetches packages."""
+
+    name: str | None = Field(
+        default=None,
+        description="ConfigMap in the operator namespace; each key is mounted read-only into "
+        "the OS's CA certificate folder.",
+    )
+
+
+class DriverSpec(Component):
+    """NVIDIA's driver container, one DaemonSet per OS found among the GPU nodes."""
+
+    repository: str = Field(default="nvcr.io/nvidia", description="Image registry/path.")
+    image: str = Field(default="driver", description="Image name.")
+    version: str = Field(
+        default="550.127.05",
+        description="Driver version; the tag is <version>-<OS ID><OS VERSION_ID>.",
+    )
+    repo_config: RepoConfig = Field(
+        default_factory=RepoConfig, description="Package repositories for the driver build."
+    )
+    cert_config: CertConfig = Field(
+        default_factory=CertConfig, description="CA certificates for the package repositories."
+    )

@@ -1,0 +1,128 @@
+"""The toolkit section: gpuctrl's agent that adds the NVIDIA runtime to containerd."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from api.v1alpha1._base import ApiModel
+from api.v1alpha1._component import AGENT_REPOSITORY, AGENT_VERSION, Component
+
+__all__ = [
+    "CONTAINERD_DEFAULTS",
+    "ContainerdDistribution",
+    "ContainerdSettings",
+    "DropInMode",
+    "RestartMode",
+    "ToolkitSpec",
+    "containerd_defaults",
+]
+
+ContainerdDistribution = Literal["containerd", "k3s", "rke2", "microk8s"]
+RestartMode = Literal["signal", "systemd", "none"]
+DropInMode = Literal["auto", "always", "never"]
+
+
+class ContainerdSettings(ApiModel):
+    """How the toolkit agent finds and changes containerd; unset fields are detected per node.
+
+    The agent detects the node's distribution (plain containerd, k3s, RKE2, microk8s) when
+    ``distribution`` is unset and takes the unset fields from `containerd_defaults`.
+    """
+
+    distribution: ContainerdDistribution | None = Field(
+        default=None, description="The node's containerd flavour; unset = detected per node."
+    )
+    config_path: str | None = Field(
+        default=None,
+        pattern=r"^/",
+        description="containerd's config file (for k3s/RKE2/microk8s: the template file).",
+    )
+    socket_path: str | None = Field(default=None, pattern=r"^/", description="containerd's socket.")
+    runtime_class_name: str | None = Field(
+        default=None,
+        description="Name of the runtime (handler) added to containerd; unset = the "
+        "operator's runtimeClass.",
+    )
+    set_as_default: bool | None = Field(
+        default=None, description="Make the NVIDIA runtime containerd's default runtime."
+    )
+    drop_in_mode: DropInMode | None = Field(
+        default=None,
+        description="always: write a drop-in file imported by the config; never: edit the "
+        "config itself; auto: drop-in when the config imports a conf.d folder.",
+    )
+    restart_mode: RestartMode | None = Field(
+        default=None,
+        description="How containerd is told to reload: signal (SIGHUP to its PID), systemd "
+        "(restart the unit) or none.",
+    )
+
+
+# Defaults per distribution, from each one's documented layout (see reference/containerd.md).
+CONTAINERD_DEFAULTS: dict[ContainerdDistribution, ContainerdSettings] = {
+    "containerd": ContainerdSettings(
+        distribution="containerd",
+        config_path="/etc/containerd/config.toml",
+        socket_path="/run/containerd/containerd.sock",
+        set_as_default=False,
+        drop_in_mode="auto",
+        restart_mode="signal",
+    ),
+    "k3s": ContainerdSettings(
+        distribution="k3s",
+        config_path="/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl",
+        socket_path="/run/k3s/containerd/containerd.sock",
+        set_as_default=False,
+        drop_in_mode="never",
+        restart_mode="systemd",
+    ),
+    "rke2": ContainerdSettings(
+        distribution="rke2",
+        config_path="/var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl",
+        socket_path="/run/k3s/containerd/containerd.sock",
+        set_as_default=False,
+        drop_in_mode="never",
+        restart_mode="systemd",
+    ),
+    "microk8s": ContainerdSettings(
+        distribution="microk8s",
+        config_path="/var/snap/microk8s/current/args/containerd-template.toml",
+        socket_path="/var/snap/microk8s/common/run/containerd.sock",
+        set_as_default=False,
+        drop_in_mode="never",
+        restart_mode="systemd",
+    ),
+}
+
+
+def containerd_defaults(
+    settings: ContainerdSettings, distribution: ContainerdDistribution, runtime_class: str
+) -> ContainerdSettings:
+    """``settings`` with every unset field taken from ``distribution``'s defaults.
+
+    ``distribution`` is the one the node agent detected; an explicit ``settings.distribution``
+    wins over it. ``runtime_class_name`` falls back to the operator's ``runtime_class``.
+    """
+    chosen = settings.distribution or distribution
+    defaults = CONTAINERD_DEFAULTS[chosen].model_copy(update={"runtime_class_name": runtime_class})
+    explicit = settings.model_dump(exclude_none=True)
+    return defaults.model_copy(update=explicit)
+
+
+class ToolkitSpec(Component):
+    """gpuctrl's toolkit agent: installs the NVIDIA container runtime and configures containerd."""
+
+    repository: str = Field(default=AGENT_REPOSITORY, description="Image registry/path.")
+    image: str = Field(default="gpuctrl", description="Image name.")
+    version: str = Field(default=AGENT_VERSION, description="Image tag or sha256: digest.")
+    install_dir: str = Field(
+        default="/usr/local/nvidia",
+        pattern=r"^/",
+        description="Host folder the NVIDIA container toolkit is installed into.",
+    )
+    containerd: ContainerdSettings = Field(
+        default_factory=ContainerdSettings,
+        description="containerd's paths and how to change it; unset fields are detected.",
+    )

@@ -1,0 +1,23 @@
+"""The pure renderer: from a ClusterPolicy and cluster facts to the objects gpuctrl owns.
+
+`render(policy, facts)` reads nothing but its arguments and the templates shipped in this
+package (no client, clock or environment), so controllers and ``gpuctrl render`` share it and
+its output can be compared byte for byte. Every object carries the labels
+``app.kubernetes.io/managed-by: gpuctrl`` and ``app.kubernetes.io/component`` (driver,
+toolkit, validator, device-plugin).
+"""
+
+from controllers.render._errors import MissingConfigMap, RenderError
+from controllers.render._facts import ClusterFacts, ConfigMapFacts, NodeFacts, OsRelease
+from controllers.render._render import builtin_workload_templates, render
+
+__all__ = [
+    "ClusterFacts",
+    "ConfigMapFacts",
+    "MissingConfigMap",
+    "NodeFacts",
+    "OsRelease",
+    "RenderError",
+    "builtin_workload_templates",
+    "render",
+]

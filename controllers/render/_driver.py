@@ -1,0 +1,148 @@
+"""The driver: one DaemonSet per OS among the GPU nodes, with its repository mounts.
+
+Each key of the repoConfig (certConfig) ConfigMap is mounted read-only with subPath at
+``<folder>/<key>`` where the folder is the OS's repository (CA) folder, so files of the image
+with other names survive; each nodeLocalPaths entry is a hostPath of type Directory mounted
+read-only at the same path, so ``file://`` URIs in the repository files resolve. A hash of the
+ConfigMaps' content on the pod template rolls the pods when it changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from api.v1alpha1 import ClusterPolicy, image_reference
+from controllers.render._account import Permissions, account_objects
+from controllers.render._engine import render_template
+from controllers.render._errors import MissingConfigMap, RenderError
+from controllers.render._facts import (
+    OS_ID_LABEL,
+    OS_VERSION_LABEL,
+    ClusterFacts,
+    ConfigMapFacts,
+    OsRelease,
+)
+from controllers.render._meta import daemonset_context
+
+__all__ = ["CA_FOLDERS", "CONFIG_HASH", "REPOSITORY_FOLDERS", "render_driver"]
+
+COMPONENT = "driver"
+CONFIG_HASH = "gpuctrl.io/config-hash"
+_APT, _YUM, _ZYPP = "/etc/apt/sources.list.d", "/etc/yum.repos.d", "/etc/zypp/repos.d"
+_DEBIAN_CA, _RHEL_CA, _SUSE_CA = (
+    "/usr/local/share/ca-certificates",
+    "/etc/pki/ca-trust/extracted/pem",
+    "/etc/pki/trust/anchors",
+)
+# Where each OS's package manager reads repository files and CA certificates.
+REPOSITORY_FOLDERS = {
+    **dict.fromkeys(("ubuntu", "debian"), _APT),
+    **dict.fromkeys(("rhel", "centos", "rocky", "ol", "rhcos"), _YUM),
+    **dict.fromkeys(("sles", "sl-micro"), _ZYPP),
+}
+CA_FOLDERS = {
+    **dict.fromkeys(("ubuntu", "debian"), _DEBIAN_CA),
+    **dict.fromkeys(("rhel", "centos", "rocky", "ol", "rhcos"), _RHEL_CA),
+    **dict.fromkeys(("sles", "sl-micro"), _SUSE_CA),
+}
+_PERMISSIONS = Permissions(
+    cluster_rules=({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},)
+)
+
+
+def render_driver(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any]]:
+    """The driver's account and one DaemonSet per OS found among GPU nodes (none without)."""
+    if not policy.spec.driver.enabled:
+        return []
+    repo = _config_map(facts, "spec.driver.repoConfig.configMapName", _repo_name(policy))
+    certs = _config_map(facts, "spec.driver.certConfig.name", policy.spec.driver.cert_config.name)
+    objects = account_objects(policy, facts, COMPONENT, _PERMISSIONS)
+    for os in _operating_systems(facts):
+        objects += _daemonset(policy, facts, os, repo, certs)
+    return objects
+
+
+def _repo_name(policy: ClusterPolicy) -> str | None:
+    return policy.spec.driver.repo_config.config_map_name
+
+
+def _config_map(facts: ClusterFacts, path: str, name: str | None) -> ConfigMapFacts | None:
+    if name is None:
+        return None
+    found = facts.config_map(name)
+    if found is None:
+        raise MissingConfigMap(path, name, facts.namespace)
+    return found
+
+
+def _operating_systems(facts: ClusterFacts) -> list[OsRelease]:
+    found = {node.os for node in facts.gpu_nodes() if node.os is not None}
+    return sorted(found, key=lambda os: (os.id, os.version_id))
+
+
+def _daemonset(
+    policy: ClusterPolicy,
+    facts: ClusterFacts,
+    os: OsRelease,
+    repo: ConfigMapFacts | None,
+    certs: ConfigMapFacts | None,
+) -> list[dict[str, Any]]:
+    driver = policy.spec.driver
+    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    if repo is not None:
+        folder = _folder(REPOSITORY_FOLDERS, os, "spec.driver.repoConfig.configMapName")
+        _add_config_map(mounts, volumes, "repo-config", repo, folder)
+    if certs is not None:
+        folder = _folder(CA_FOLDERS, os, "spec.driver.certConfig.name")
+        _add_config_map(mounts, volumes, "cert-config", certs, folder)
+    for index, path in enumerate(sorted(set(driver.repo_config.node_local_paths))):
+        name = f"local-repository-{index}"
+        mounts.append({"name": name, "mountPath": path, "readOnly": True})
+        volumes.append({"name": name, "hostPath": {"path": path, "type": "Directory"}})
+    hashed = [c for c in (repo, certs) if c is not None]
+    ds = daemonset_context(
+        policy,
+        facts,
+        COMPONENT,
+        driver,
+        _daemonset_name(os),
+        deploy_label="nvidia.com/gpu.deploy.driver",
+        node_selector={OS_ID_LABEL: os.id, OS_VERSION_LABEL: os.version_id},
+        pod_annotations={CONFIG_HASH: _content_hash(hashed)} if hashed else None,
+        image=image_reference(driver, f"-{os.tag}"),
+    )
+    return render_template("driver.yaml.j2", ds=ds, mounts=mounts, volumes=volumes)
+
+
+def _folder(folders: dict[str, str], os: OsRelease, path: str) -> str:
+    folder = folders.get(os.id)
+    if folder is None:
+        known = ", ".join(sorted(folders))
+        raise RenderError(f"{path}: GPU nodes run OS {os.id!r}, whose folder is unknown ({known})")
+    return folder
+
+
+def _add_config_map(
+    mounts: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+    volume: str,
+    config_map: ConfigMapFacts,
+    folder: str,
+) -> None:
+    volumes.append({"name": volume, "configMap": {"name": config_map.name}})
+    for key in sorted(config_map.data):
+        mount = {"name": volume, "mountPath": f"{folder}/{key}", "subPath": key, "readOnly": True}
+        mounts.append(mount)
+
+
+def _daemonset_name(os: OsRelease) -> str:
+    return "gpuctrl-driver-" + re.sub(r"[^a-z0-9.-]", "-", os.tag.lower()).strip("-.")
+
+
+def _content_hash(config_maps: list[ConfigMapFacts]) -> str:
+    content = {c.name: dict(c.data) for c in config_maps}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,125 @@
+"""Metadata and DaemonSet scaffolding every operand shares."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from api.v1alpha1 import ClusterPolicy, Component, EnvVar, image_reference, wire
+from controllers.render._facts import ClusterFacts
+
+__all__ = ["COMPONENT", "MANAGED_BY", "DaemonSetContext", "daemonset_context", "env", "metadata"]
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+COMPONENT = "app.kubernetes.io/component"
+SELECTOR = "app"
+
+# The operand's own pod environment: where it runs, filled in by the kubelet.
+_DOWNWARD_ENV = (
+    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+)
+
+
+def metadata(
+    policy: ClusterPolicy,
+    component: str,
+    name: str,
+    namespace: str | None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Object metadata with the operator's labels and annotations and gpuctrl's own labels.
+
+    gpuctrl's labels are applied last, so no user label can hide what gpuctrl manages.
+    """
+    operator = policy.spec.operator
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = {
+        **operator.labels,
+        **(labels or {}),
+        MANAGED_BY: "gpuctrl",
+        COMPONENT: component,
+    }
+    merged = {**operator.annotations, **(annotations or {})}
+    if merged:
+        meta["annotations"] = merged
+    return meta
+
+
+def env(variables: list[EnvVar], *extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """Container env: kubelet-filled variables, then ``extra``, then the user's ``variables``."""
+    return [*_DOWNWARD_ENV, *extra, *(wire(v) for v in variables)]
+
+
+@dataclass(frozen=True)
+class DaemonSetContext:
+    """What the shared DaemonSet template needs; see templates/daemonset.yaml.j2."""
+
+    metadata: dict[str, Any]
+    selector: dict[str, str]
+    update_strategy: dict[str, Any]
+    pod_metadata: dict[str, Any]
+    service_account: str
+    priority_class_name: str
+    node_selector: dict[str, str]
+    affinity: dict[str, Any] | None
+    tolerations: list[dict[str, Any]]
+    image_pull_secrets: list[dict[str, str]]
+    image: str
+    image_pull_policy: str
+    args: list[str]
+    env: list[dict[str, Any]]
+    resources: dict[str, Any] | None
+
+
+def daemonset_context(
+    policy: ClusterPolicy,
+    facts: ClusterFacts,
+    component: str,
+    spec: Component,
+    name: str,
+    *,
+    deploy_label: str,
+    node_selector: Mapping[str, str] | None = None,
+    pod_annotations: Mapping[str, str] | None = None,
+    image: str | None = None,
+) -> DaemonSetContext:
+    """The context of operand DaemonSet ``name`` for ``component`` configured by ``spec``.
+
+    Pods select nodes labelled ``deploy_label=true`` (NVIDIA's labels) plus the policy's
+    ``daemonsets.nodeSelector`` and ``node_selector``; ``image`` overrides ``spec``'s image.
+    """
+    daemonsets = policy.spec.daemonsets
+    selector = {SELECTOR: name}
+    pod_labels = {**daemonsets.labels, **selector}
+    annotations = {**daemonsets.annotations, **(pod_annotations or {})}
+    pod_metadata = metadata(policy, component, name, None, pod_labels, annotations)
+    del pod_metadata["name"]  # pods are named by the DaemonSet controller
+    strategy: dict[str, Any] = {"type": daemonsets.update_strategy}
+    if daemonsets.update_strategy == "RollingUpdate":
+        strategy["rollingUpdate"] = wire(daemonsets.rolling_update)
+    return DaemonSetContext(
+        metadata=metadata(policy, component, name, facts.namespace, daemonsets.labels),
+        selector=selector,
+        update_strategy=strategy,
+        pod_metadata=pod_metadata,
+        service_account=f"gpuctrl-{component}",
+        priority_class_name=daemonsets.priority_class_name,
+        node_selector={
+            **daemonsets.node_selector,
+            **(node_selector or {}),
+            deploy_label: "true",
+        },
+        affinity=daemonsets.affinity,
+        tolerations=[wire(t) for t in daemonsets.tolerations],
+        image_pull_secrets=[{"name": s} for s in spec.image_pull_secrets],
+        image=image or image_reference(spec),
+        image_pull_policy=spec.image_pull_policy,
+        args=list(spec.args),
+        env=env(spec.env),
+        resources=wire(spec.resources) if spec.resources else None,
+    )

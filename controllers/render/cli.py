@@ -1,0 +1,60 @@
+"""``gpuctrl render``: print the objects a ClusterPolicy asks for, without a cluster.
+
+Input files are YAML streams holding one ClusterPolicy and optionally the Nodes and the
+ConfigMaps (of ``--namespace``) it should see. Invalid input exits 2 after printing every
+problem with its path, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from api.v1alpha1 import InvalidPolicy
+from controllers.render import RenderError, render
+from controllers.render._inputs import read_inputs, to_yaml
+
+__all__ = ["configure", "run"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add render's arguments to ``parser``."""
+    parser.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        action="append",
+        type=Path,
+        required=True,
+        help="YAML stream with a ClusterPolicy and optionally Nodes and ConfigMaps (repeatable)",
+    )
+    parser.add_argument(
+        "-o", "--output-dir", type=Path, help="write one file per object here instead of stdout"
+    )
+    parser.add_argument(
+        "--namespace", default="gpuctrl", help="operator namespace (default: gpuctrl)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Render; 0 on success, 2 on invalid input (every problem on stderr, nothing written)."""
+    try:
+        given = read_inputs(args.files, args.namespace)
+        objects = render(given.policy, given.facts)
+    except InvalidPolicy as error:
+        for problem in error.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    except RenderError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.output_dir is None:
+        sys.stdout.write(to_yaml(objects))
+        return 0
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    for index, obj in enumerate(objects):
+        name = re.sub(r"[^a-z0-9.-]", "-", f"{obj['kind']}-{obj['metadata']['name']}".lower())
+        (args.output_dir / f"{index:02d}-{name}.yaml").write_text(to_yaml([obj]))
+    return 0

@@ -1,0 +1,1 @@
+"""Jinja2 templates of the operand objects (package data read by `controllers.render`)."""

@@ -1,0 +1,369 @@
+"""One test per mount, selection and override rule of the renderer."""
+
+import json
+from typing import Any
+
+import pytest
+
+from api.v1alpha1 import ClusterPolicy, ContainerdSettings, ValidatorWorkloads, load_cluster_policy
+from controllers.render import (
+    ClusterFacts,
+    ConfigMapFacts,
+    MissingConfigMap,
+    NodeFacts,
+    RenderError,
+    builtin_workload_templates,
+    render,
+)
+
+OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
+OS_VERSION = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
+
+
+def _node(name: str, os_id: str, version: str, gpu: bool = True) -> NodeFacts:
+    labels = {OS_ID: os_id, OS_VERSION: version}
+    if gpu:
+        labels["nvidia.com/gpu.present"] = "true"
+    return NodeFacts(name=name, labels=labels)
+
+
+def _policy(**spec: Any) -> ClusterPolicy:
+    return load_cluster_policy({"spec": spec})
+
+
+def _facts(*nodes: NodeFacts, **config_maps: dict[str, str]) -> ClusterFacts:
+    maps = tuple(ConfigMapFacts(name=n, data=d) for n, d in config_maps.items())
+    return ClusterFacts(nodes=nodes or (_node("n1", "ubuntu", "22.04"),), config_maps=maps)
+
+
+def _find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, [(o["kind"], o["metadata"]["name"]) for o in objects]
+    return found[0]
+
+
+def _pod(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return _find(objects, "DaemonSet", name)["spec"]["template"]
+
+
+def _driver_container(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return _pod(objects, name)["spec"]["containers"][0]
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_every_object_carries_managed_by_and_component() -> None:
+    objects = render(_policy(), _facts())
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "gpuctrl"
+        assert labels["app.kubernetes.io/component"] in {
+            "driver",
+            "toolkit",
+            "validator",
+            "device-plugin",
+        }
+    kinds = sorted({o["kind"] for o in objects})
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "DaemonSet",
+        "Role",
+        "RoleBinding",
+        "RuntimeClass",
+        "ServiceAccount",
+    ]
+
+
+def test_one_driver_daemonset_per_os_pinned_to_it() -> None:
+    facts = _facts(
+        _node("a", "ubuntu", "22.04"),
+        _node("b", "ubuntu", "22.04"),
+        _node("c", "rhel", "9.4"),
+        _node("cpu", "debian", "12", gpu=False),
+        NodeFacts(name="no-nfd", labels={"nvidia.com/gpu.present": "true"}),
+    )
+    objects = render(_policy(), facts)
+    names = [o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet"]
+    assert names[:2] == ["gpuctrl-driver-rhel9.4", "gpuctrl-driver-ubuntu22.04"]
+    pod = _pod(objects, "gpuctrl-driver-rhel9.4")
+    assert pod["spec"]["nodeSelector"] == {
+        OS_ID: "rhel",
+        OS_VERSION: "9.4",
+        "nvidia.com/gpu.deploy.driver": "true",
+    }
+    container = pod["spec"]["containers"][0]
+    assert container["image"] == "nvcr.io/nvidia/driver:550.127.05-rhel9.4"
+
+
+def test_no_gpu_nodes_no_driver_daemonset() -> None:
+    objects = render(_policy(), _facts(_node("cpu", "ubuntu", "22.04", gpu=False)))
+    assert not [o for o in objects if o["metadata"]["name"].startswith("gpuctrl-driver-")]
+
+
+def test_driver_digest_gets_no_os_suffix() -> None:
+    digest = "sha256:" + "b" * 64
+    objects = render(_policy(driver={"version": digest}), _facts())
+    image = _driver_container(objects, "gpuctrl-driver-ubuntu22.04")["image"]
+    assert image == f"nvcr.io/nvidia/driver@{digest}"
+
+
+@pytest.mark.parametrize(
+    ("os_id", "folder"),
+    [
+        ("ubuntu", "/etc/apt/sources.list.d"),
+        ("debian", "/etc/apt/sources.list.d"),
+        ("rhel", "/etc/yum.repos.d"),
+        ("rocky", "/etc/yum.repos.d"),
+        ("rhcos", "/etc/yum.repos.d"),
+        ("sles", "/etc/zypp/repos.d"),
+        ("sl-micro", "/etc/zypp/repos.d"),
+    ],
+)
+def test_repo_config_keys_mounted_with_subpath_in_the_os_folder(os_id: str, folder: str) -> None:
+    facts = _facts(_node("n", os_id, "1"), repo={"b.list": "x", "a.list": "y"})
+    objects = render(_policy(driver={"repoConfig": {"configMapName": "repo"}}), facts)
+    pod = _pod(objects, f"gpuctrl-driver-{os_id}1")
+    mounts = [m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "repo-config"]
+    assert mounts == [
+        {
+            "mountPath": f"{folder}/a.list",
+            "name": "repo-config",
+            "readOnly": True,
+            "subPath": "a.list",
+        },
+        {
+            "mountPath": f"{folder}/b.list",
+            "name": "repo-config",
+            "readOnly": True,
+            "subPath": "b.list",
+        },
+    ]
+    assert {"configMap": {"name": "repo"}, "name": "repo-config"} in pod["spec"]["volumes"]
+
+
+@pytest.mark.parametrize(
+    ("os_id", "folder"),
+    [
+        ("ubuntu", "/usr/local/share/ca-certificates"),
+        ("rhel", "/etc/pki/ca-trust/extracted/pem"),
+        ("sles", "/etc/pki/trust/anchors"),
+    ],
+)
+def test_cert_config_keys_mounted_in_the_os_ca_folder(os_id: str, folder: str) -> None:
+    facts = _facts(_node("n", os_id, "1"), certs={"site-ca.crt": "PEM"})
+    objects = render(_policy(driver={"certConfig": {"name": "certs"}}), facts)
+    mounts = _driver_container(objects, f"gpuctrl-driver-{os_id}1")["volumeMounts"]
+    assert {
+        "mountPath": f"{folder}/site-ca.crt",
+        "name": "cert-config",
+        "readOnly": True,
+        "subPath": "site-ca.crt",
+    } in mounts
+
+
+def test_node_local_paths_are_read_only_host_directories_in_the_driver_only() -> None:
+    policy = _policy(
+        driver={"repoConfig": {"configMapName": "repo", "nodeLocalPaths": ["/srv/b", "/opt/a"]}}
+    )
+    objects = render(policy, _facts(repo={"local.list": "deb file:///opt/a ./"}))
+    pod = _pod(objects, "gpuctrl-driver-ubuntu22.04")
+    mounts = pod["spec"]["containers"][0]["volumeMounts"]
+    assert {"name": "local-repository-0", "mountPath": "/opt/a", "readOnly": True} in mounts
+    assert {"name": "local-repository-1", "mountPath": "/srv/b", "readOnly": True} in mounts
+    assert {
+        "name": "local-repository-0",
+        "hostPath": {"path": "/opt/a", "type": "Directory"},
+    } in pod["spec"]["volumes"]
+    for other in ("gpuctrl-toolkit", "gpuctrl-validator", "gpuctrl-device-plugin"):
+        assert "/opt/a" not in json.dumps(_find(objects, "DaemonSet", other))
+
+
+def test_config_hash_changes_with_config_map_content() -> None:
+    policy = _policy(driver={"repoConfig": {"configMapName": "repo"}, "certConfig": {"name": "c"}})
+
+    def hash_of(repo: dict[str, str]) -> str:
+        objects = render(policy, _facts(repo=repo, c={"ca.crt": "x"}))
+        return _pod(objects, "gpuctrl-driver-ubuntu22.04")["metadata"]["annotations"][
+            "gpuctrl.io/config-hash"
+        ]
+
+    assert hash_of({"a.list": "1"}) == hash_of({"a.list": "1"})
+    assert hash_of({"a.list": "1"}) != hash_of({"a.list": "2"})
+
+
+def test_missing_repo_config_map_is_an_error_naming_the_field() -> None:
+    with pytest.raises(MissingConfigMap, match=r"spec.driver.repoConfig.configMapName: .*'repo'"):
+        render(_policy(driver={"repoConfig": {"configMapName": "repo"}}), _facts())
+
+
+def test_repo_config_on_an_unknown_os_is_an_error() -> None:
+    facts = _facts(_node("n", "arch", "rolling"), repo={"a": "b"})
+    with pytest.raises(RenderError, match="OS 'arch'"):
+        render(_policy(driver={"repoConfig": {"configMapName": "repo"}}), facts)
+
+
+def test_operand_selection_uses_nvidia_labels_plus_node_selector_and_affinity() -> None:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
+    policy = _policy(daemonsets={"nodeSelector": {"pool": "gpu"}, "affinity": affinity})
+    objects = render(policy, _facts())
+    expected = {
+        "gpuctrl-driver-ubuntu22.04": "nvidia.com/gpu.deploy.driver",
+        "gpuctrl-toolkit": "nvidia.com/gpu.deploy.container-toolkit",
+        "gpuctrl-validator": "nvidia.com/gpu.deploy.operator-validator",
+        "gpuctrl-device-plugin": "nvidia.com/gpu.deploy.device-plugin",
+    }
+    for name, label in expected.items():
+        spec = _pod(objects, name)["spec"]
+        assert spec["nodeSelector"][label] == "true"
+        assert spec["nodeSelector"]["pool"] == "gpu"
+        assert spec["affinity"] == affinity
+
+
+def test_daemonset_settings_apply_to_every_operand() -> None:
+    policy = _policy(
+        daemonsets={
+            "labels": {"tier": "gpu"},
+            "annotations": {"note": "x"},
+            "priorityClassName": "gpu-critical",
+            "updateStrategy": "OnDelete",
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+        },
+        operator={"labels": {"site": "a"}},
+    )
+    for obj in render(policy, _facts()):
+        assert obj["metadata"]["labels"]["site"] == "a"
+        if obj["kind"] != "DaemonSet":
+            continue
+        template = obj["spec"]["template"]
+        assert template["metadata"]["labels"]["tier"] == "gpu"
+        assert template["metadata"]["annotations"]["note"] == "x"
+        assert template["spec"]["priorityClassName"] == "gpu-critical"
+        assert template["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+        assert obj["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+def test_user_labels_cannot_override_gpuctrl_labels() -> None:
+    policy = _policy(daemonsets={"labels": {"app.kubernetes.io/managed-by": "me", "app": "x"}})
+    pod = _pod(render(policy, _facts()), "gpuctrl-toolkit")
+    assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuctrl"
+    assert pod["metadata"]["labels"]["app"] == "gpuctrl-toolkit"
+
+
+def test_disabled_operands_are_not_rendered() -> None:
+    policy = _policy(
+        driver={"enabled": False}, toolkit={"enabled": False}, devicePlugin={"enabled": False}
+    )
+    components = {
+        o["metadata"]["labels"]["app.kubernetes.io/component"] for o in render(policy, _facts())
+    }
+    assert components == {"validator", "toolkit"}  # toolkit: the RuntimeClass alone
+
+
+def test_toolkit_carries_containerd_settings_for_the_agent() -> None:
+    policy = _policy(
+        operator={"runtimeClass": "gpu"},
+        toolkit={
+            "installDir": "/opt/nvidia",
+            "containerd": {"distribution": "k3s", "setAsDefault": True},
+        },
+    )
+    objects = render(policy, _facts())
+    env = _env(_pod(objects, "gpuctrl-toolkit")["spec"]["containers"][0])
+    settings = ContainerdSettings.model_validate_json(env["GPUCTRL_CONTAINERD"])
+    assert settings == ContainerdSettings(
+        distribution="k3s", set_as_default=True, runtime_class_name="gpu"
+    )
+    assert env["GPUCTRL_INSTALL_DIR"] == "/opt/nvidia"
+    runtime_class = _find(objects, "RuntimeClass", "gpu")
+    assert runtime_class["handler"] == "gpu"
+
+
+def test_runtime_class_handler_follows_toolkit_setting() -> None:
+    policy = _policy(toolkit={"containerd": {"runtimeClassName": "nvidia-cdi"}})
+    assert _find(render(policy, _facts()), "RuntimeClass", "nvidia")["handler"] == "nvidia-cdi"
+
+
+def test_validator_carries_workload_overrides_and_check_env() -> None:
+    workloads = {
+        "labels": {"sidecar.istio.io/inject": "false"},
+        "annotations": {"linkerd.io/inject": "disabled"},
+        "resources": {"limits": {"cpu": "1"}},
+        "securityContext": {"runAsNonRoot": True},
+        "tolerations": [{"operator": "Exists"}],
+        "priorityClassName": "p",
+        "timeoutSeconds": 60,
+    }
+    policy = _policy(
+        validator={"workloads": workloads, "cuda": {"env": [{"name": "X", "value": "1"}]}}
+    )
+    pod = _pod(render(policy, _facts()), "gpuctrl-validator")
+    init = pod["spec"]["initContainers"]
+    assert [c["name"] for c in init] == [
+        "driver-validation",
+        "toolkit-validation",
+        "cuda-validation",
+        "plugin-validation",
+    ]
+    cuda = _env(init[2])
+    assert cuda["X"] == "1"
+    assert "X" not in _env(init[3])
+    carried = ValidatorWorkloads.model_validate_json(cuda["GPUCTRL_VALIDATOR_WORKLOADS"])
+    assert carried.config_map_name == "gpuctrl-validator-workloads"
+    assert carried.runtime_class_name == "nvidia"
+    assert carried.labels == workloads["labels"]
+    assert carried.resources is not None
+    assert carried.resources.limits == {"cpu": "1"}
+    assert carried.timeout_seconds == 60
+
+
+def test_builtin_templates_go_into_the_workloads_config_map() -> None:
+    objects = render(_policy(), _facts())
+    config_map = _find(objects, "ConfigMap", "gpuctrl-validator-workloads")
+    assert config_map["data"] == builtin_workload_templates()
+    assert set(config_map["data"]) == {"cuda.yaml", "plugin.yaml"}
+    assert "kind: Pod" in config_map["data"]["cuda.yaml"]
+
+
+def test_user_templates_config_map_must_exist_with_both_keys() -> None:
+    policy = _policy(validator={"workloads": {"configMapName": "mine"}})
+    with pytest.raises(MissingConfigMap):
+        render(policy, _facts())
+    with pytest.raises(RenderError, match=r"lacks the key\(s\) plugin.yaml"):
+        render(policy, _facts(mine={"cuda.yaml": "x"}))
+    objects = render(policy, _facts(mine={"cuda.yaml": "x", "plugin.yaml": "y"}))
+    env = _env(_pod(objects, "gpuctrl-validator")["spec"]["initContainers"][2])
+    assert json.loads(env["GPUCTRL_VALIDATOR_WORKLOADS"])["configMapName"] == "mine"
+
+
+def test_namespace_comes_from_the_facts() -> None:
+    facts = ClusterFacts(namespace="gpu-system", nodes=(_node("n", "ubuntu", "22.04"),))
+    for obj in render(_policy(), facts):
+        if obj["kind"] in {"ServiceAccount", "Role", "RoleBinding", "DaemonSet", "ConfigMap"}:
+            assert obj["metadata"]["namespace"] == "gpu-system"
+        else:
+            assert "namespace" not in obj["metadata"]
+
+
+def test_facts_from_objects_keep_only_config_maps_of_the_namespace() -> None:
+    facts = ClusterFacts.from_objects(
+        "gpuctrl",
+        [{"metadata": {"name": "n", "labels": {"a": "b"}}}],
+        [
+            {"metadata": {"name": "x", "namespace": "gpuctrl"}, "data": {"k": "v"}},
+            {"metadata": {"name": "y", "namespace": "other"}, "data": {}},
+        ],
+    )
+    assert facts.nodes[0].labels == {"a": "b"}
+    assert [c.name for c in facts.config_maps] == ["x"]
