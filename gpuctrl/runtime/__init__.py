@@ -5,4 +5,138 @@ leader election, health and Prometheus metrics, and server-side apply helpers. I
 nothing of GPUs.
 """
 
-__all__: list[str] = []
+from ._builder import Watch, build_controller
+from ._cache import Cache
+from ._client import (
+    DEFAULT_REQUEST_TIMEOUT,
+    Client,
+    Resource,
+    new_api_client,
+    retry_on_conflict,
+    set_controller_reference,
+)
+from ._clock import Clock, SystemClock, TimerHandle
+from ._controller import Controller, Reconciler
+from ._enqueue import Mapper, request_for_object, requests_for_owner
+from ._errors import (
+    AlreadyExists,
+    ApiError,
+    BadRequest,
+    CacheNotStarted,
+    Conflict,
+    Forbidden,
+    Gone,
+    GpuctrlError,
+    Invalid,
+    LeaderElectionLost,
+    NotFound,
+    QueueShutDown,
+    ServerError,
+    TerminalError,
+    TooManyRequests,
+    Unauthorized,
+    api_error,
+)
+from ._events import EVENTS, EventRecorder
+from ._informer import EventHandler, Informer, Transform, drop_managed_fields
+from ._leader import LEASES, LeaderElection, LeaderElector, default_identity
+from ._log import LOG_CONTEXT, ContextFilter, JSONFormatter, configure_logging
+from ._manager import Manager, Runnable
+from ._metrics import METRICS_REGISTRY, QueueMetricsProvider
+from ._objects import FrozenDict, freeze, object_key, thaw
+from ._predicates import (
+    Event,
+    Predicate,
+    annotations_changed,
+    any_of,
+    generation_changed,
+    labels_changed,
+    resource_version_changed,
+)
+from ._ratelimiter import (
+    BucketRateLimiter,
+    ItemExponentialFailureRateLimiter,
+    MaxOfRateLimiter,
+    RateLimiter,
+    default_controller_rate_limiter,
+)
+from ._ratelimiting import WorkQueue
+from ._reconcile import Request, Result
+from ._store import NAMESPACE_INDEX, IndexFunc, Store
+
+__all__ = [
+    "DEFAULT_REQUEST_TIMEOUT",
+    "EVENTS",
+    "LEASES",
+    "LOG_CONTEXT",
+    "METRICS_REGISTRY",
+    "NAMESPACE_INDEX",
+    "AlreadyExists",
+    "ApiError",
+    "BadRequest",
+    "BucketRateLimiter",
+    "Cache",
+    "CacheNotStarted",
+    "Client",
+    "Clock",
+    "Conflict",
+    "ContextFilter",
+    "Controller",
+    "Event",
+    "EventHandler",
+    "EventRecorder",
+    "Forbidden",
+    "FrozenDict",
+    "Gone",
+    "GpuctrlError",
+    "IndexFunc",
+    "Informer",
+    "Invalid",
+    "ItemExponentialFailureRateLimiter",
+    "JSONFormatter",
+    "LeaderElection",
+    "LeaderElectionLost",
+    "LeaderElector",
+    "Manager",
+    "Mapper",
+    "MaxOfRateLimiter",
+    "NotFound",
+    "Predicate",
+    "QueueMetricsProvider",
+    "QueueShutDown",
+    "RateLimiter",
+    "Reconciler",
+    "Request",
+    "Resource",
+    "Result",
+    "Runnable",
+    "ServerError",
+    "Store",
+    "SystemClock",
+    "TerminalError",
+    "TimerHandle",
+    "TooManyRequests",
+    "Transform",
+    "Unauthorized",
+    "Watch",
+    "WorkQueue",
+    "annotations_changed",
+    "any_of",
+    "api_error",
+    "build_controller",
+    "configure_logging",
+    "default_controller_rate_limiter",
+    "default_identity",
+    "drop_managed_fields",
+    "freeze",
+    "generation_changed",
+    "labels_changed",
+    "new_api_client",
+    "object_key",
+    "request_for_object",
+    "requests_for_owner",
+    "resource_version_changed",
+    "retry_on_conflict",
+    "set_controller_reference",
+    "thaw",
+]

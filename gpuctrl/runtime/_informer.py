@@ -1,0 +1,188 @@
+"""A shared informer: one reflector feeding one indexed store and any number of handlers.
+
+Every object is transformed (by default: ``metadata.managedFields`` dropped) before it is
+stored (as compact JSON, see `_store`). Handlers get frozen objects (read-only, shared by all
+handlers of one event, see `_objects`); readers of the store get private copies.
+A list is diffed against the store: new keys are delivered as adds, changed resourceVersions
+as updates, keys missing from the list as deletes (what vanished while the watch was down);
+unchanged objects are not delivered again. Handlers run on the event loop, in registration
+order; a handler that raises is logged and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from prometheus_client import Counter
+
+from ._client import Client, Resource
+from ._metrics import METRICS_REGISTRY
+from ._objects import freeze, object_key
+from ._reflector import Reflector
+from ._store import IndexFunc, Store
+
+__all__ = ["EventHandler", "Informer", "Transform", "drop_managed_fields"]
+
+log = logging.getLogger("gpuctrl.runtime.informer")
+
+_LISTS = Counter(
+    "gpuctrl_informer_lists_total",
+    "Complete lists an informer stored (the first one and every relist).",
+    ["resource"],
+    registry=METRICS_REGISTRY,
+)
+
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+"""Rewrites a freshly decoded object before it is cached (may mutate and return it)."""
+
+
+def drop_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """The default transform: drop ``metadata.managedFields`` (often a third of an object)."""
+    obj["metadata"].pop("managedFields", None)
+    return obj
+
+
+class EventHandler(Protocol):
+    """What an informer calls on changes; each method gets frozen (read-only) objects."""
+
+    def on_add(self, obj: Mapping[str, Any]) -> None:
+        """An object appeared (also: every cached object when the handler is added)."""
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        """An object changed; on a resync ``old is new``."""
+
+    def on_delete(self, obj: Mapping[str, Any]) -> None:
+        """An object was deleted (its last known state)."""
+
+
+class Informer:
+    """Lists and watches one resource (in one namespace, with selectors) into a `Store`.
+
+    Start it with `start`; `wait_for_sync` returns once the first list is in the store.
+    ``resync_period`` (seconds, jittered up to +10 %) re-delivers every cached object as an
+    update with ``old is new``; None (the default) never resyncs.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        transform: Transform = drop_managed_fields,
+        resync_period: float | None = None,
+    ) -> None:
+        self.resource = resource
+        self.store = Store()
+        self._transform = transform
+        self._resync_period = resync_period
+        self._handlers: list[EventHandler] = []
+        self._synced = asyncio.Event()
+        self._reflector = Reflector(
+            client,
+            resource,
+            self,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+        )
+        self._lists = _LISTS.labels(resource=f"{resource.plural}.{resource.api_version}")
+
+    @property
+    def has_synced(self) -> bool:
+        """Whether the first list has been stored."""
+        return self._synced.is_set()
+
+    @property
+    def resource_version(self) -> str:
+        """The resourceVersion the store is up to date with."""
+        return self._reflector.resource_version
+
+    async def wait_for_sync(self) -> None:
+        """Return once the first list is in the store."""
+        await self._synced.wait()
+
+    def add_handler(self, handler: EventHandler) -> None:
+        """Subscribe ``handler`` to changes; objects already cached are delivered as adds."""
+        self._handlers.append(handler)
+        for obj in self.store.list():
+            self._call(handler.on_add, freeze(obj))
+
+    def add_index(self, name: str, func: IndexFunc) -> None:
+        """Add a named index to the store (see `Store.add_index`)."""
+        self.store.add_index(name, func)
+
+    async def start(self, stop: asyncio.Event) -> None:
+        """List and watch until ``stop`` is set."""
+        async with asyncio.TaskGroup() as tasks:
+            reflecting = tasks.create_task(self._reflector.run())
+            resyncing = tasks.create_task(self._resync_forever())
+            await stop.wait()
+            reflecting.cancel()
+            resyncing.cancel()
+
+    def replace(self, items: Iterable[dict[str, Any]]) -> None:
+        """Reflector sink: make the store hold exactly ``items``, delivering the differences."""
+        seen = {self._upsert(raw) for raw in items}
+        for key in self.store.keys() - seen:
+            self._delete(key, None)
+        self._lists.inc()
+        self._synced.set()
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        """Reflector sink: one watch event."""
+        if event_type == "DELETED":
+            self._delete(object_key(obj), obj)
+        else:
+            self._upsert(obj)
+
+    def _upsert(self, raw: dict[str, Any]) -> str:
+        key = object_key(raw)
+        stored_rv = self.store.resource_version(key)
+        if stored_rv is not None and stored_rv == raw["metadata"].get("resourceVersion"):
+            return key
+        obj = self._transform(raw)
+        old = self.store.get(key) if self._handlers and stored_rv is not None else None
+        self.store.upsert(obj)
+        if self._handlers:
+            if old is None:
+                self._dispatch("on_add", freeze(obj))
+            else:
+                self._dispatch("on_update", freeze(old), freeze(obj))
+        return key
+
+    def _delete(self, key: str, final_state: dict[str, Any] | None) -> None:
+        """Forget ``key``; handlers get its ``final_state`` (from a watch) or the last stored."""
+        last: dict[str, Any] | None
+        if final_state is not None:
+            last = self._transform(final_state)
+        else:
+            last = self.store.get(key) if self._handlers else None
+        if self.store.delete(key) and self._handlers and last is not None:
+            self._dispatch("on_delete", freeze(last))
+
+    def _dispatch(self, method: str, *objs: Mapping[str, Any]) -> None:
+        for handler in self._handlers:
+            self._call(getattr(handler, method), *objs)
+
+    def _call(self, fn: Callable[..., None], *objs: Mapping[str, Any]) -> None:
+        try:
+            fn(*objs)
+        except Exception:
+            log.exception("event handler %r failed on %s", fn, object_key(objs[-1]))
+
+    async def _resync_forever(self) -> None:
+        if self._resync_period is None:
+            return
+        await self._synced.wait()
+        while True:
+            await asyncio.sleep(self._resync_period * (1 + random.random() / 10))
+            for obj in self.store.list():
+                frozen = freeze(obj)
+                self._dispatch("on_update", frozen, frozen)

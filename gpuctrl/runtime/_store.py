@@ -1,0 +1,125 @@
+"""An indexed store of objects kept as compact JSON: the memory behind one informer.
+
+Each object is held as the bytes of its compact JSON encoding with its resourceVersion beside
+it: several times smaller than the decoded dicts, and immune to changes by readers, who always
+decode a private copy (`Store.get`, `Store.list`, `Store.by_index`), as controller-runtime's
+cache deep-copies. Objects are keyed by `object_key` and indexed by named index functions (an
+object may have several values per index); the ``namespace`` index always exists. Only its
+informer mutates a store, on the event loop, so it needs no lock.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ._objects import object_key
+
+__all__ = ["NAMESPACE_INDEX", "IndexFunc", "Store"]
+
+IndexFunc = Callable[[Mapping[str, Any]], Iterable[str]]
+"""Maps an object to the values it is found under in one index."""
+
+NAMESPACE_INDEX = "namespace"
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_decode = json.loads
+
+
+class Store:
+    """Objects by key, with secondary indexes kept up to date on every change."""
+
+    def __init__(self) -> None:
+        self._objects: dict[str, tuple[str, bytes]] = {}  # key -> (resourceVersion, JSON)
+        self._index_funcs: dict[str, IndexFunc] = {}
+        # index name -> index value -> keys of the objects found under that value
+        self._indices: dict[str, dict[str, set[str]]] = {NAMESPACE_INDEX: {}}
+        # custom index name -> key -> the values its object is indexed under
+        self._indexed_as: dict[str, dict[str, tuple[str, ...]]] = {}
+
+    def add_index(self, name: str, func: IndexFunc) -> None:
+        """Add an index (also over the objects already stored); a name can only be used once."""
+        if name in self._indices:
+            raise ValueError(f"index {name!r} already exists")
+        self._index_funcs[name] = func
+        self._indices[name] = {}
+        self._indexed_as[name] = {}
+        for key in self._objects:
+            self._index_one(name, key, self._decoded(key))
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """A private (mutable) copy of the object stored under ``key``, or None."""
+        entry = self._objects.get(key)
+        return None if entry is None else _decode(entry[1])
+
+    def resource_version(self, key: str) -> str | None:
+        """The resourceVersion of the object stored under ``key`` (None when absent)."""
+        entry = self._objects.get(key)
+        return None if entry is None else entry[0]
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        """Private copies of every stored object, in no particular order."""
+        return [_decode(data) for _, data in self._objects.values()]
+
+    def keys(self) -> set[str]:
+        """The keys of every stored object (a copy)."""
+        return set(self._objects)
+
+    def by_index(self, name: str, value: str) -> builtins.list[dict[str, Any]]:
+        """Private copies of the objects whose index function ``name`` yielded ``value``."""
+        if name not in self._indices:
+            raise KeyError(f"no index named {name!r}; known: {sorted(self._indices)}")
+        return [self._decoded(k) for k in self._indices[name].get(value, ())]
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        """Store (a copy of) ``obj`` under its key, replacing what was there."""
+        key = object_key(obj)
+        if key in self._objects:
+            self._unindex(key)
+        else:
+            self._indices[NAMESPACE_INDEX].setdefault(_namespace_of(key), set()).add(key)
+        rv = obj["metadata"].get("resourceVersion") or ""
+        self._objects[key] = (rv, _encode(obj).encode())
+        for name in self._index_funcs:
+            self._index_one(name, key, obj)
+
+    def delete(self, key: str) -> bool:
+        """Remove the object stored under ``key``; whether there was one."""
+        if self._objects.pop(key, None) is None:
+            return False
+        self._unindex(key)
+        _discard(self._indices[NAMESPACE_INDEX], _namespace_of(key), key)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def _decoded(self, key: str) -> dict[str, Any]:
+        decoded: dict[str, Any] = _decode(self._objects[key][1])
+        return decoded
+
+    def _index_one(self, name: str, key: str, obj: Mapping[str, Any]) -> None:
+        values = tuple(self._index_funcs[name](obj))
+        self._indexed_as[name][key] = values
+        index = self._indices[name]
+        for value in values:
+            index.setdefault(value, set()).add(key)
+
+    def _unindex(self, key: str) -> None:
+        for name, indexed_as in self._indexed_as.items():
+            for value in indexed_as.pop(key, ()):
+                _discard(self._indices[name], value, key)
+
+
+def _namespace_of(key: str) -> str:
+    return key.rpartition("/")[0]
+
+
+def _discard(index: dict[str, set[str]], value: str, key: str) -> None:
+    keys = index.get(value)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del index[value]

@@ -1,0 +1,171 @@
+"""One measured process of bench_controller.py: gpuctrl or kopf doing one job, printing JSON.
+
+    python bench_controller_child.py JOB FRAMEWORK KUBECONFIG NAMESPACE COUNT
+
+JOB is ``sync`` (time until COUNT ConfigMaps of NAMESPACE were each handled once), ``live``
+(print READY, then the wall-clock time each of COUNT new ConfigMaps was first handled) or
+``memory`` (cache NAMESPACE's ConfigMaps and every Node until COUNT objects are held, then
+report RSS). FRAMEWORK is ``gpuctrl`` or ``kopf`` (an ``@kopf.on.event`` handler, its
+cheapest path; for ``memory`` it keeps each event's object in a dict, as a cache would).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def rss_kib(field: str) -> int:
+    """``VmRSS`` (now) or ``VmHWM`` (peak) of this process, in KiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+class Tally:
+    """Counts distinct names handled; remembers when each was first handled."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.first_seen: dict[str, float] = {}
+        self.done = asyncio.Event()
+
+    def saw(self, name: str) -> None:
+        if name not in self.first_seen:
+            self.first_seen[name] = time.time()
+            if len(self.first_seen) >= self.count:
+                self.done.set()
+
+
+class Synced(asyncio.Event):
+    """A runnable the manager starts once its caches synced: it sets itself."""
+
+    needs_leader = False
+
+    async def start(self, stop: asyncio.Event) -> None:
+        self.set()
+        await stop.wait()
+
+
+async def run_gpuctrl(job: str, kubeconfig: str, namespace: str, tally: Tally) -> dict[str, Any]:
+    from gpuctrl import runtime as rt
+
+    configmaps = rt.Resource("v1", "ConfigMap", "configmaps")
+    nodes = rt.Resource("v1", "Node", "nodes", namespaced=False)
+    started = time.perf_counter()
+    manager = await rt.Manager.create(kubeconfig, http_port=None)
+    if job == "memory":
+        manager.cache.informer(configmaps, namespace=namespace)
+        manager.cache.informer(nodes)
+    else:
+
+        async def reconcile(request: rt.Request) -> None:
+            tally.saw(request.name)
+
+        manager.add_controller("bench", reconcile, for_=configmaps, namespace=namespace)
+    synced = Synced()
+    manager.add(synced)
+    stop = asyncio.Event()
+    running = asyncio.create_task(manager.start(stop))
+    if job == "live":
+        await synced.wait()
+        print("READY", flush=True)
+    if job == "memory":
+        await synced.wait()
+        held = len(manager.cache.list(configmaps, namespace)) + len(manager.cache.list(nodes))
+        result = memory_figures(held)
+    else:
+        await tally.done.wait()
+        result = {"seconds": time.perf_counter() - started}
+    stop.set()
+    await running
+    return result
+
+
+async def run_kopf(job: str, kubeconfig: str, namespace: str, tally: Tally) -> dict[str, Any]:
+    import kopf
+
+    os.environ["KUBECONFIG"] = kubeconfig
+    registry = kopf.OperatorRegistry()
+    cache: dict[str, Any] = {}
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> Any:
+        return kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.enabled = False
+
+    def handler(name: str) -> Callable[..., None]:
+        def on_event(event: dict[str, Any], **_: Any) -> None:
+            obj = event["object"]
+            if job == "memory":
+                cache[obj["metadata"]["uid"]] = obj
+                tally.saw(obj["metadata"]["uid"])
+            elif obj["metadata"].get("namespace") == namespace:
+                tally.saw(obj["metadata"]["name"])
+
+        return on_event
+
+    kopf.on.event("configmaps", registry=registry)(handler("configmaps"))
+    if job == "memory":
+        kopf.on.event("nodes", registry=registry)(handler("nodes"))
+    stop_flag: asyncio.Event = asyncio.Event()
+    ready_flag: asyncio.Event = asyncio.Event()
+    started = time.perf_counter()
+    operator = asyncio.create_task(
+        kopf.operator(
+            registry=registry,
+            standalone=True,
+            namespaces=[namespace],
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    )
+    if job == "live":
+        await ready_flag.wait()
+        await asyncio.sleep(1.0)  # kopf's watches start after ready: let them connect
+        print("READY", flush=True)
+    if job == "memory" and tally.count == 0:
+        await ready_flag.wait()
+        await asyncio.sleep(2.0)
+    else:
+        await tally.done.wait()
+    if job == "memory":
+        await asyncio.sleep(1.0)  # let per-object workers settle
+        result = memory_figures(len(cache))
+    else:
+        result = {"seconds": time.perf_counter() - started}
+    stop_flag.set()
+    await operator
+    return result
+
+
+def memory_figures(held: int) -> dict[str, Any]:
+    gc.collect()
+    return {"objects": held, "rss_kib": rss_kib("VmRSS"), "peak_rss_kib": rss_kib("VmHWM")}
+
+
+async def main(job: str, framework: str, kubeconfig: str, namespace: str, count: str) -> None:
+    tally = Tally(int(count))
+    run = run_gpuctrl if framework == "gpuctrl" else run_kopf
+    result = await run(job, kubeconfig, namespace, tally)
+    if job == "live":
+        result["first_seen"] = tally.first_seen
+    result["peak_rss_kib"] = rss_kib("VmHWM")
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 6:
+        sys.exit(__doc__)
+    asyncio.run(main(*sys.argv[1:6]))

@@ -1,0 +1,101 @@
+"""Helpers for the gpuctrl.runtime integration tests (real kube-apiserver from gpuctrl.testing).
+
+A module of its own (not conftest.py) so that test modules can import it by a unique name."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from gpuctrl.runtime import ApiError, Client, Manager, NotFound, Resource
+
+CONFIGMAPS = Resource("v1", "ConfigMap", "configmaps")
+CRDS = Resource(
+    "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False
+)
+WIDGETS = Resource("test.gpuctrl.dev/v1", "Widget", "widgets")
+
+WIDGET_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.test.gpuctrl.dev"},
+    "spec": {
+        "group": "test.gpuctrl.dev",
+        "names": {
+            "kind": "Widget",
+            "plural": "widgets",
+            "singular": "widget",
+            "listKind": "WidgetList",
+        },
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def configmap(
+    name: str, namespace: str, labels: dict[str, str] | None = None, **data: str
+) -> dict[str, Any]:
+    """A ConfigMap manifest."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+async def eventually(check: Callable[[], Awaitable[bool] | bool], within: float = 20.0) -> float:
+    """Poll ``check`` until it is true; return the seconds it took (fails after ``within`` s)."""
+    started = time.monotonic()
+    while True:
+        outcome = check()
+        if not isinstance(outcome, bool):
+            outcome = await outcome
+        if outcome:
+            return time.monotonic() - started
+        assert time.monotonic() - started < within, f"not true within {within} s: {check}"
+        await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def running(manager: Manager) -> AsyncIterator[Manager]:
+    """Run ``manager`` in the background until the block ends (then stop it cleanly)."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.start(stop))
+    try:
+        await eventually(lambda: manager.ready() or task.done(), within=30)
+        if task.done():
+            task.result()
+        yield manager
+    finally:
+        stop.set()
+        await task
+
+
+async def get_or_none(client: Client, resource: Resource, name: str, namespace: str) -> Any:
+    """The object, or None when it does not exist."""
+    try:
+        return await client.get(resource, name, namespace)
+    except NotFound:
+        return None
+
+
+async def widgets_served(admin: Client) -> bool:
+    try:
+        await admin.list(WIDGETS, "default")
+    except ApiError:  # 404 until the API is registered, or 503 while it is being served
+        return False
+    return True

@@ -1,0 +1,226 @@
+"""Controllers against a real API server: convergence, owned objects, retries, predicates."""
+
+import asyncio
+import itertools
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import pytest
+from runtime_helpers import CONFIGMAPS, configmap, eventually, get_or_none, running
+
+from gpuctrl.runtime import (
+    Client,
+    Manager,
+    Request,
+    Resource,
+    Result,
+    set_controller_reference,
+)
+from gpuctrl.testing import ControlPlane
+
+pytestmark = pytest.mark.controlplane
+
+
+async def new_manager(control_plane: ControlPlane) -> Manager:
+    return await Manager.create(control_plane.kubeconfig, http_port=0, http_host="127.0.0.1")
+
+
+def copier(manager: Manager) -> Any:
+    """A reconciler that keeps ``<name>-copy`` (owned by the source) equal to each source."""
+
+    async def reconcile(request: Request) -> Result | None:
+        source = manager.cache.get(CONFIGMAPS, request.name, request.namespace)
+        if source is None:
+            return None
+        copy = configmap(f"{request.name}-copy", request.namespace, **source.get("data", {}))
+        set_controller_reference(source, copy)
+        await manager.client.apply(CONFIGMAPS, copy, field_manager="copier", force=True)
+        return None
+
+    return reconcile
+
+
+async def copies_match(client: Client, namespace: str, names: list[str]) -> bool:
+    for name in names:
+        source = await get_or_none(client, CONFIGMAPS, name, namespace)
+        copy = await get_or_none(client, CONFIGMAPS, f"{name}-copy", namespace)
+        if copy is None or source is None or copy.get("data") != source.get("data"):
+            return False
+    return True
+
+
+async def test_controller_converges_before_and_after_start_and_restores_owned(
+    control_plane: ControlPlane, client: Client, namespace: str
+) -> None:
+    source = {"role": "source"}
+    before = [f"before-{i}" for i in range(3)]
+    for name in before:
+        await client.create(CONFIGMAPS, configmap(name, namespace, source, value=name))
+    manager = await new_manager(control_plane)
+    manager.add_controller(
+        "copier",
+        copier(manager),
+        for_=CONFIGMAPS,
+        owns=[CONFIGMAPS],
+        namespace=namespace,
+        label_selector="role=source",
+        max_concurrent_reconciles=2,
+    )
+    async with running(manager):
+        await eventually(lambda: copies_match(client, namespace, before))
+        after = [f"after-{i}" for i in range(3)]
+        for name in after:
+            await client.create(CONFIGMAPS, configmap(name, namespace, source, value=name))
+        await eventually(lambda: copies_match(client, namespace, before + after))
+        # a change of the source is copied; a change of the owned copy enqueues its owner
+        await client.merge_patch(CONFIGMAPS, "before-0", {"data": {"value": "new"}}, namespace)
+        await client.merge_patch(CONFIGMAPS, "after-0-copy", {"data": {"value": "bad"}}, namespace)
+        await client.delete(CONFIGMAPS, "after-1-copy", namespace)
+        await eventually(lambda: copies_match(client, namespace, before + after))
+        copy = await client.get(CONFIGMAPS, "before-0-copy", namespace)
+        assert copy["data"] == {"value": "new"}
+        assert copy["metadata"]["ownerReferences"][0]["name"] == "before-0"
+
+
+async def test_raising_reconciler_is_retried_with_growing_delays(
+    control_plane: ControlPlane, client: Client, namespace: str
+) -> None:
+    calls: list[float] = []
+
+    async def flaky(request: Request) -> None:
+        if request.name != "flaky":  # e.g. kube-root-ca.crt
+            return
+        calls.append(time.monotonic())
+        if len(calls) <= 7:
+            raise RuntimeError(f"failure {len(calls)}")
+
+    await client.create(CONFIGMAPS, configmap("flaky", namespace))
+    manager = await new_manager(control_plane)
+    controller = manager.add_controller("flaky", flaky, for_=CONFIGMAPS, namespace=namespace)
+    async with running(manager):
+        await eventually(lambda: len(calls) >= 8)
+        await asyncio.sleep(0.5)
+        assert controller.queue.num_requeues(Request(namespace, "flaky")) == 0  # forgotten
+    assert len(calls) == 8  # success ends the retries
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    for attempt, gap in enumerate(gaps):
+        assert gap >= 0.005 * 2**attempt * 0.95, gaps
+    assert gaps[-1] > 8 * gaps[0], gaps
+
+
+async def test_reconciler_cannot_corrupt_the_cache(
+    control_plane: ControlPlane, client: Client, namespace: str
+) -> None:
+    vandalized: list[str] = []
+    refusals: list[str] = []
+
+    async def vandal(request: Request) -> None:
+        if request.name != "victim":
+            return
+        for read in (
+            manager.cache.get(CONFIGMAPS, request.name, request.namespace),
+            *manager.cache.list(CONFIGMAPS, request.namespace),
+        ):
+            assert read is not None
+            read["data"] = {"key": "evil"}
+            read["metadata"]["labels"] = {}
+        vandalized.append(request.name)
+
+    class Handler:
+        def on_add(self, obj: Mapping[str, Any]) -> None:
+            try:
+                obj["data"]["key"] = "evil"
+            except TypeError as error:
+                refusals.append(str(error))
+
+        on_update = on_delete = on_add
+
+    await client.create(CONFIGMAPS, configmap("victim", namespace, {"a": "b"}, key="original"))
+    manager = await new_manager(control_plane)
+    manager.add_controller("vandal", vandal, for_=CONFIGMAPS, namespace=namespace)
+    manager.cache.informer(CONFIGMAPS, namespace=namespace).add_handler(Handler())
+    async with running(manager):
+        await eventually(lambda: vandalized == ["victim"] and bool(refusals))
+        cached = manager.cache.get(CONFIGMAPS, "victim", namespace)
+        assert cached is not None
+        assert cached["data"] == {"key": "original"}
+        assert cached["metadata"]["labels"] == {"a": "b"}
+        assert "read-only" in refusals[0]
+
+
+async def test_status_only_updates_do_not_reconcile(
+    control_plane: ControlPlane, client: Client, namespace: str, widget_crd: Resource
+) -> None:
+    seen: list[int] = []
+
+    async def reconcile(request: Request) -> None:
+        widget = manager.cache.get(widget_crd, request.name, request.namespace)
+        assert widget is not None
+        seen.append(widget["metadata"]["generation"])
+
+    widget = {
+        "apiVersion": widget_crd.api_version,
+        "kind": "Widget",
+        "metadata": {"name": "w", "namespace": namespace},
+        "spec": {"size": 1},
+    }
+    await client.create(widget_crd, widget)
+    manager = await new_manager(control_plane)
+    manager.add_controller("widgets", reconcile, for_=widget_crd, namespace=namespace)
+    async with running(manager):
+        await eventually(lambda: seen == [1])
+        current = await client.get(widget_crd, "w", namespace)
+        current["status"] = {"ready": True}
+        written = await client.update_status(widget_crd, current)
+        assert written["status"] == {"ready": True}
+        status = {"apiVersion": widget_crd.api_version, "kind": "Widget"}
+        status |= {"metadata": {"name": "w", "namespace": namespace}, "status": {"phase": "x"}}
+        await client.apply(widget_crd, status, field_manager="status-writer", sub="status")
+        await client.merge_patch(widget_crd, "w", {"metadata": {"labels": {"x": "y"}}}, namespace)
+        await eventually(lambda: _labelled(manager, widget_crd, namespace))  # all events seen
+        assert seen == [1]
+        await client.merge_patch(widget_crd, "w", {"spec": {"size": 2}}, namespace)
+        await eventually(lambda: seen == [1, 2])
+        await asyncio.sleep(0.3)
+        assert seen == [1, 2]
+
+
+def _labelled(manager: Manager, resource: Resource, namespace: str) -> bool:
+    cached = manager.cache.get(resource, "w", namespace)
+    return cached is not None and cached["metadata"].get("labels") == {"x": "y"}
+
+
+async def test_manager_serves_probes_and_metrics(
+    control_plane: ControlPlane, client: Client, namespace: str
+) -> None:
+    async def noop(request: Request) -> None:
+        return None
+
+    await client.create(CONFIGMAPS, configmap("probe", namespace))
+    manager = await new_manager(control_plane)
+    manager.add_controller("probed", noop, for_=CONFIGMAPS, namespace=namespace)
+    async with running(manager), aiohttp.ClientSession() as http:
+        base = f"http://127.0.0.1:{manager.http_port}"
+        for path in ("/healthz", "/readyz"):
+            async with http.get(base + path) as response:
+                assert response.status == 200, path
+
+        async def reconciled() -> bool:
+            async with http.get(base + "/metrics") as response:
+                text = await response.text()
+            return (
+                'controller_runtime_reconcile_total{controller="probed",result="success"}' in text
+            )
+
+        await eventually(reconciled)
+        async with http.get(base + "/metrics") as response:
+            text = await response.text()
+        for name in (
+            "process_resident_memory_bytes",
+            'controller_runtime_max_concurrent_reconciles{controller="probed"} 1.0',
+            "controller_runtime_reconcile_time_seconds_bucket",
+            'workqueue_adds_total{controller="probed",name="probed"}',
+        ):
+            assert name in text

@@ -1,0 +1,87 @@
+"""The informer's indexed store: keys, the namespace index, custom indexes kept current, and
+reads that hand out private copies."""
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pytest
+
+from gpuctrl.runtime import NAMESPACE_INDEX, Store, freeze
+
+
+def obj(name: str, namespace: str = "ns", node: str | None = None, rv: str = "1") -> Any:
+    spec = {"nodeName": node} if node else {}
+    meta = {"name": name, "namespace": namespace, "resourceVersion": rv}
+    return freeze({"metadata": meta, "spec": spec})
+
+
+def by_node(o: Mapping[str, Any]) -> Iterable[str]:
+    node = o["spec"].get("nodeName")
+    return (node,) if node else ()
+
+
+def names(objs: Iterable[Mapping[str, Any]]) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in objs)
+
+
+def test_upsert_get_delete() -> None:
+    store = Store()
+    store.upsert(obj("a"))
+    store.upsert(obj("a", rv="2"))
+    assert store.get("ns/a") == obj("a", rv="2")
+    assert store.resource_version("ns/a") == "2"
+    assert len(store) == 1
+    assert store.delete("ns/a")
+    assert not store.delete("ns/a")
+    assert store.get("ns/a") is None
+    assert store.resource_version("ns/a") is None
+
+
+def test_reads_are_private_copies() -> None:
+    store = Store()
+    store.upsert(obj("a", node="n1"))
+    store.add_index("node", by_node)
+    for read in (store.get("ns/a"), store.list()[0], store.by_index("node", "n1")[0]):
+        assert read is not None
+        read["spec"]["nodeName"] = "changed"
+        read["metadata"].clear()
+    assert store.get("ns/a") == obj("a", node="n1")
+
+
+def test_namespace_index_follows_changes() -> None:
+    store = Store()
+    for name, ns in [("a", "one"), ("b", "one"), ("c", "two")]:
+        store.upsert(obj(name, ns))
+    assert names(store.by_index(NAMESPACE_INDEX, "one")) == ["a", "b"]
+    store.delete("one/a")
+    assert names(store.by_index(NAMESPACE_INDEX, "one")) == ["b"]
+    assert store.by_index(NAMESPACE_INDEX, "three") == []
+
+
+@pytest.mark.parametrize(
+    "add_index_first", [True, False], ids=["index-then-objects", "objects-then-index"]
+)
+def test_custom_index_is_updated_on_every_change(add_index_first: bool) -> None:
+    store = Store()
+    if add_index_first:
+        store.add_index("node", by_node)
+    store.upsert(obj("p1", node="n1"))
+    store.upsert(obj("p2", node="n1"))
+    store.upsert(obj("p3"))
+    if not add_index_first:
+        store.add_index("node", by_node)
+    assert names(store.by_index("node", "n1")) == ["p1", "p2"]
+    store.upsert(obj("p2", node="n2", rv="2"))  # moved: leaves n1, joins n2
+    assert names(store.by_index("node", "n1")) == ["p1"]
+    assert names(store.by_index("node", "n2")) == ["p2"]
+    store.delete("ns/p1")
+    assert store.by_index("node", "n1") == []
+
+
+def test_index_errors_name_the_index() -> None:
+    store = Store()
+    with pytest.raises(KeyError, match="no index named 'nodes'"):
+        store.by_index("nodes", "x")
+    store.add_index("node", by_node)
+    with pytest.raises(ValueError, match="'node' already exists"):
+        store.add_index("node", by_node)

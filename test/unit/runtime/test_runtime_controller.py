@@ -1,0 +1,225 @@
+"""The reconcile contract, applied by the controller's workers (virtual time, no cluster)."""
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from gpuctrl.runtime import METRICS_REGISTRY, Controller, Request, Result, TerminalError
+from gpuctrl.testing import FakeClock
+
+A, B = Request("ns", "a"), Request("ns", "b")
+_names = itertools.count()
+
+Reconcile = Callable[[Request], Awaitable[Result | None]]
+
+
+class Running:
+    """A controller started in the background on a fake clock."""
+
+    def __init__(self, controller: Controller, clock: FakeClock) -> None:
+        self.controller = controller
+        self.clock = clock
+        self.stop = asyncio.Event()
+        self.task = asyncio.create_task(controller.start(self.stop))
+
+    async def run_until(self, condition: Callable[[], bool], limit: float = 2000.0) -> None:
+        """Step virtual time timer by timer until ``condition`` holds (or ``limit`` passes)."""
+        await self.clock.step()
+        while not condition() and self.clock.now() < limit:
+            deadline = self.clock.next_deadline
+            if deadline is None:
+                break
+            await self.clock.step(deadline - self.clock.now())
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = METRICS_REGISTRY.get_sample_value(
+            name, {"controller": self.controller.name, **labels}
+        )
+        return value or 0.0
+
+
+@pytest.fixture
+async def start(clock: FakeClock) -> AsyncIterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start_controller(reconcile: Reconcile, **options: object) -> Running:
+        name = f"test-{next(_names)}"
+        running = Running(Controller(name, reconcile, clock=clock, **options), clock)  # type: ignore[arg-type]
+        started.append(running)
+        return running
+
+    yield start_controller
+    for running in started:
+        running.stop.set()
+        await asyncio.gather(running.task, return_exceptions=True)
+
+
+async def test_exception_requeues_with_growing_delays(start: Callable[..., Running]) -> None:
+    calls: list[float] = []
+
+    async def failing(request: Request) -> None:
+        calls.append(running.clock.now())
+        raise RuntimeError("boom")
+
+    running = start(failing)
+    running.controller.queue.add(A)
+    await running.run_until(lambda: len(calls) >= 6)
+    gaps = [round(b - a, 6) for a, b in itertools.pairwise(calls)]
+    assert gaps == [0.005, 0.01, 0.02, 0.04, 0.08]
+    assert running.controller.queue.num_requeues(A) == 6
+    assert running.metric("controller_runtime_reconcile_errors_total") == 6
+    assert running.metric("controller_runtime_reconcile_total", result="error") == 6
+
+
+async def test_terminal_error_is_counted_and_not_retried(start: Callable[..., Running]) -> None:
+    calls: list[Request] = []
+
+    async def terminal(request: Request) -> None:
+        calls.append(request)
+        raise TerminalError("cannot fix this")
+
+    running = start(terminal)
+    running.controller.queue.add(A)
+    await running.run_until(lambda: False, limit=5000)
+    assert calls == [A]
+    assert running.metric("controller_runtime_terminal_reconcile_errors_total") == 1
+    assert running.metric("controller_runtime_reconcile_errors_total") == 1
+    assert running.controller.queue.num_requeues(A) == 0
+
+
+async def test_requeue_after_forgets_then_delays(start: Callable[..., Running]) -> None:
+    calls: list[float] = []
+    outcomes = iter([RuntimeError("once"), Result(requeue_after=7), Result(requeue_after=7), None])
+
+    async def reconcile(request: Request) -> Result | None:
+        calls.append(running.clock.now())
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    running = start(reconcile)
+    running.controller.queue.add(A)
+    await running.run_until(lambda: len(calls) >= 4)
+    await running.run_until(lambda: False, limit=100)
+    assert calls == pytest.approx([0.0, 0.005, 7.005, 14.005])
+    assert running.controller.queue.num_requeues(A) == 0
+    assert running.metric("controller_runtime_reconcile_total", result="requeue_after") == 2
+    assert running.metric("controller_runtime_reconcile_total", result="success") == 1
+
+
+async def test_a_failing_key_does_not_stop_the_worker(start: Callable[..., Running]) -> None:
+    done: list[Request] = []
+
+    async def reconcile(request: Request) -> None:
+        if request == A:
+            raise ValueError("a is broken")
+        done.append(request)
+
+    running = start(reconcile)
+    running.controller.queue.add(A)
+    running.controller.queue.add(B)
+    await running.run_until(lambda: bool(done) and running.controller.queue.num_requeues(A) > 3)
+    assert done == [B]
+    assert not running.task.done()
+
+
+async def test_workers_run_keys_concurrently_up_to_the_limit(
+    start: Callable[..., Running],
+) -> None:
+    release = asyncio.Event()
+    active: list[Request] = []
+    peak = 0
+
+    async def slow(request: Request) -> None:
+        nonlocal peak
+        active.append(request)
+        peak = max(peak, len(active))
+        await release.wait()
+        active.remove(request)
+
+    running = start(slow, max_concurrent_reconciles=3)
+    for i in range(5):
+        running.controller.queue.add(Request("ns", f"k{i}"))
+    await running.clock.step()
+    assert len(active) == 3
+    assert running.metric("controller_runtime_active_workers") == 3
+    assert running.metric("controller_runtime_max_concurrent_reconciles") == 3
+    release.set()
+    await running.run_until(lambda: len(running.controller.queue) == 0 and not active)
+    assert peak == 3
+
+
+async def test_stop_drains_in_flight_and_takes_no_new_work(start: Callable[..., Running]) -> None:
+    started: list[Request] = []
+    finished: list[Request] = []
+    proceed = asyncio.Event()
+
+    async def reconcile(request: Request) -> None:
+        started.append(request)
+        await proceed.wait()
+        finished.append(request)
+
+    running = start(reconcile)
+    running.controller.queue.add(A)
+    running.controller.queue.add(B)
+    await running.clock.step()
+    running.stop.set()
+    await running.clock.step()
+    proceed.set()
+    await asyncio.wait_for(running.task, 5)
+    assert started == [A]
+    assert finished == [A]
+
+
+async def test_cancel_stops_in_flight_reconciles_at_once(start: Callable[..., Running]) -> None:
+    cancelled = asyncio.Event()
+
+    async def forever(request: Request) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    running = start(forever)
+    running.controller.queue.add(A)
+    await running.clock.step()
+    running.task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running.task
+    assert cancelled.is_set()
+
+
+def test_result_rejects_negative_delays() -> None:
+    with pytest.raises(ValueError, match="requeue_after must be >= 0"):
+        Result(requeue_after=-1)
+
+
+def test_controller_rejects_zero_workers() -> None:
+    async def noop(request: Request) -> None:
+        return None
+
+    with pytest.raises(ValueError, match="max_concurrent_reconciles must be >= 1"):
+        Controller("zero", noop, max_concurrent_reconciles=0)
+
+
+async def test_a_stray_cancelled_error_is_an_ordinary_failure(
+    start: Callable[..., Running],
+) -> None:
+    calls = 0
+
+    async def awaits_a_cancelled_task(request: Request) -> None:
+        nonlocal calls
+        calls += 1
+        doomed = asyncio.create_task(asyncio.sleep(3600))
+        doomed.cancel()
+        await doomed
+
+    running = start(awaits_a_cancelled_task)
+    running.controller.queue.add(A)
+    await running.run_until(lambda: calls >= 3)
+    assert not running.task.done()
+    assert running.metric("controller_runtime_reconcile_errors_total") >= 2
