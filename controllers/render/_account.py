@@ -15,24 +15,38 @@ __all__ = ["Permissions", "account_objects"]
 
 @dataclass(frozen=True)
 class Permissions:
-    """PolicyRules of a component: in the operator namespace and cluster-wide."""
+    """PolicyRules of a component: in the operator namespace, in fixed namespaces, cluster-wide."""
 
     namespace_rules: tuple[dict[str, Any], ...] = ()
+    # (namespace, rules): e.g. Events on Nodes, which live in "default" as the kubelet's own do.
+    fixed_namespace_rules: tuple[tuple[str, tuple[dict[str, Any], ...]], ...] = ()
     cluster_rules: tuple[dict[str, Any], ...] = ()
 
 
 def account_objects(
     policy: ClusterPolicy, facts: ClusterFacts, component: str, permissions: Permissions
 ) -> list[dict[str, Any]]:
-    """ServiceAccount ``gpuctrl-<component>`` and the Role/ClusterRole (+ bindings) it needs."""
+    """ServiceAccount ``gpuctrl-<component>`` and the Roles/ClusterRole (+ bindings) it needs.
+
+    One Role per namespace, the operator namespace's first; rules for the operator namespace
+    given as a fixed namespace join its Role.
+    """
     name = f"gpuctrl-{component}"
     namespaced = metadata(policy, component, name, facts.namespace)
+    by_namespace: dict[str, list[dict[str, Any]]] = {}
+    if permissions.namespace_rules:
+        by_namespace[facts.namespace] = list(permissions.namespace_rules)
+    for namespace, rules in permissions.fixed_namespace_rules:
+        by_namespace.setdefault(namespace, []).extend(rules)
     objects = render_template("serviceaccount.yaml.j2", metadata=namespaced)
     objects += render_template(
         "rbac.yaml.j2",
-        metadata=namespaced,
+        account=namespaced,
+        roles=[
+            {"metadata": metadata(policy, component, name, namespace), "rules": rules}
+            for namespace, rules in by_namespace.items()
+        ],
         cluster_metadata=metadata(policy, component, name, None),
-        namespace_rules=list(permissions.namespace_rules),
         cluster_rules=list(permissions.cluster_rules),
     )
     return objects

@@ -1,23 +1,25 @@
 """gpuctrl's node agents (toolkit, validator) and NVIDIA's device plugin.
 
-The agents read their settings from environment variables holding camelCase JSON of the API
-types, so an agent parses them with the same models the policy used:
+The agents' command lines are the contract (``gpuctrl toolkit --help``, ``gpuctrl validate
+--help``); the kubelet fills the ``$(VAR)`` references in them from the container's env:
 
-- toolkit: ``GPUCTRL_CONTAINERD`` (`api.v1alpha1.ContainerdSettings`; ``runtimeClassName``
-  always set, other unset fields detected on the node), ``GPUCTRL_INSTALL_DIR``, and the
-  host's root mounted at ``/host``.
-- validator: one init container per check running ``gpuctrl validate <check>`` (driver,
-  toolkit, cuda, plugin); the cuda and plugin checks get ``GPUCTRL_VALIDATOR_WORKLOADS``
-  (`api.v1alpha1.ValidatorWorkloads`; ``configMapName`` and ``runtimeClassName`` always set:
-  the ConfigMap of the templates in the operator namespace, the workload pods' runtime class).
+- toolkit: ``toolkit run --host-root /host`` (the host's root is mounted there) with the
+  runtime dir, state dir and runtime name, plus the options for the policy's set
+  `api.v1alpha1.ContainerdSettings` fields; the agent detects the rest on the node.
+- validator: one init container per check running ``validate <check>`` (driver, toolkit, cuda,
+  plugin). The cuda and plugin checks get ``--node $(NODE_NAME) --namespace $(NAMESPACE)`` and
+  ``--overrides $(GPUCTRL_VALIDATOR_WORKLOADS)`` (JSON of `api.v1alpha1.ValidatorWorkloads`;
+  ``configMapName`` and ``runtimeClassName`` always set), and their own pod's name and uid in
+  ``GPUCTRL_POD_NAME``/``GPUCTRL_POD_UID`` so the workload pods are owned by it.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 from typing import Any
 
-from api.v1alpha1 import ClusterPolicy, ValidatorWorkloads, wire
+from api.v1alpha1 import ClusterPolicy, ToolkitSpec, ValidatorWorkloads, wire
 from controllers.render._account import Permissions, account_objects
 from controllers.render._engine import render_template
 from controllers.render._errors import MissingConfigMap, RenderError
@@ -39,6 +41,8 @@ _CHECKS = ("driver", "toolkit", "cuda", "plugin")
 _WORKLOAD_CHECKS = ("cuda", "plugin")  # the checks that create workload pods
 _READ_NODES = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
 _AGENT_PERMISSIONS = Permissions(cluster_rules=(_READ_NODES,))
+# What `gpuctrl validate cuda|plugin` calls: its workload pods, their logs, the templates'
+# ConfigMap, and Events on the Node, which live in "default" as the kubelet's own do.
 _VALIDATOR_PERMISSIONS = Permissions(
     namespace_rules=(
         {
@@ -46,9 +50,22 @@ _VALIDATOR_PERMISSIONS = Permissions(
             "resources": ["pods"],
             "verbs": ["create", "delete", "get", "list", "watch"],
         },
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
     ),
-    cluster_rules=(_READ_NODES,),
+    fixed_namespace_rules=(
+        ("default", ({"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},)),
+    ),
+)
+# The host's root as the toolkit agent sees it, and where it keeps its journal (a host path).
+TOOLKIT_HOST_ROOT = "/host"
+TOOLKIT_STATE_DIR = "/var/lib/gpuctrl/toolkit"
+# The validator's mounts: the host's root for the driver check; a driver container's root.
+VALIDATOR_HOST_ROOT = "/host"
+VALIDATOR_DRIVER_ROOT = "/run/nvidia/driver"
+_POD_ENV = (
+    {"name": "GPUCTRL_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    {"name": "GPUCTRL_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
 )
 
 
@@ -61,9 +78,6 @@ def render_toolkit(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str,
     toolkit = policy.spec.toolkit
     if not toolkit.enabled:
         return []
-    containerd = toolkit.containerd.model_copy(
-        update={"runtime_class_name": runtime_handler(policy)}
-    )
     ds = daemonset_context(
         policy,
         facts,
@@ -72,13 +86,38 @@ def render_toolkit(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str,
         "gpuctrl-toolkit",
         deploy_label="nvidia.com/gpu.deploy.container-toolkit",
     )
-    variables = env(
-        toolkit.env,
-        _json_env("GPUCTRL_CONTAINERD", wire(containerd)),
-        {"name": "GPUCTRL_INSTALL_DIR", "value": toolkit.install_dir},
-    )
     objects = account_objects(policy, facts, "toolkit", _AGENT_PERMISSIONS)
-    return objects + render_template("toolkit.yaml.j2", ds=ds, env=variables)
+    args = _toolkit_args(toolkit, runtime_handler(policy)) + ds.args
+    return objects + render_template("toolkit.yaml.j2", ds=ds, args=args)
+
+
+def _toolkit_args(toolkit: ToolkitSpec, runtime_name: str) -> list[str]:
+    """``gpuctrl toolkit run`` options: fixed ones, then one per set containerd field."""
+    containerd = toolkit.containerd
+    args = [
+        "toolkit",
+        "run",
+        "--host-root",
+        TOOLKIT_HOST_ROOT,
+        "--runtime-dir",
+        posixpath.join(toolkit.install_dir, "toolkit"),
+        "--state-dir",
+        TOOLKIT_STATE_DIR,
+        "--runtime-name",
+        runtime_name,
+    ]
+    for option, value in (
+        ("--distribution", containerd.distribution),
+        ("--config", containerd.config_path),
+        ("--socket", containerd.socket_path),
+        ("--drop-in-mode", containerd.drop_in_mode),
+        ("--restart-mode", containerd.restart_mode),
+    ):
+        if value is not None:
+            args += [option, value]
+    if containerd.set_as_default:
+        args.append("--set-as-default")
+    return args
 
 
 def runtime_handler(policy: ClusterPolicy) -> str:
@@ -115,13 +154,14 @@ def render_validator(
         "gpuctrl-validator",
         deploy_label="nvidia.com/gpu.deploy.operator-validator",
     )
-    workloads = _json_env("GPUCTRL_VALIDATOR_WORKLOADS", wire(effective_workloads(policy)))
+    workloads = effective_workloads(policy)
     checks = [
         {
             "name": name,
+            "args": _validator_args(name, workloads) + ds.args,
             "env": env(
                 getattr(validator, name).env + validator.env,
-                *([workloads] if name in _WORKLOAD_CHECKS else []),
+                *(_workload_env(workloads) if name in _WORKLOAD_CHECKS else ()),
             ),
         }
         for name in _CHECKS
@@ -134,6 +174,39 @@ def render_validator(
         data=templates,
     )
     return objects
+
+
+def _validator_args(check: str, workloads: ValidatorWorkloads) -> list[str]:
+    """``gpuctrl validate <check>`` options; the ``$(VAR)`` are filled in by the kubelet."""
+    if check == "driver":
+        return [
+            "validate",
+            check,
+            "--host-root",
+            VALIDATOR_HOST_ROOT,
+            "--driver-root",
+            VALIDATOR_DRIVER_ROOT,
+        ]
+    if check not in _WORKLOAD_CHECKS:
+        return ["validate", check]
+    return [
+        "validate",
+        check,
+        "--node",
+        "$(NODE_NAME)",
+        "--namespace",
+        "$(NAMESPACE)",
+        "--overrides",
+        "$(GPUCTRL_VALIDATOR_WORKLOADS)",
+        "--image",
+        workloads.image,
+        "--image-pull-policy",
+        workloads.image_pull_policy,
+    ]
+
+
+def _workload_env(workloads: ValidatorWorkloads) -> tuple[dict[str, Any], ...]:
+    return (*_POD_ENV, _json_env("GPUCTRL_VALIDATOR_WORKLOADS", wire(workloads)))
 
 
 def _check_user_templates(policy: ClusterPolicy, facts: ClusterFacts) -> None:

@@ -43,6 +43,9 @@ class Target:
     config: str
     state_dir: str
     drop_in: str | None = None  # containerd: None edits the config itself; CRI-O: required
+    # Where the paths above have the host's root: the drop-in path the config imports is the
+    # host's, so a config edited from a container with the host mounted at /host stays valid.
+    host_root: str = "/"
 
 
 @dataclass(frozen=True)
@@ -105,15 +108,22 @@ def _plan_files(target: Target, settings: Settings, journal: Journal | None) -> 
     if target.drop_in is None:
         editor: Editor = lambda text: add_runtimes(text, settings)  # noqa: E731
         return [_plan_file(target.config, "config", journal, editor)]
-    config, drop_in = target.config, target.drop_in
+    config, drop_in = _on_host(target, target.config), _on_host(target, target.drop_in)
     main = _plan_file(
-        config,
+        target.config,
         "config",
         journal,
         lambda text: containerd_drop_in(text, config, drop_in, settings)[0],
     )
     _, text = containerd_drop_in(main.new.decode(), config, drop_in, settings)
-    return [_plan_file(drop_in, "drop-in", journal, lambda _: Edit(text)), main]
+    return [_plan_file(target.drop_in, "drop-in", journal, lambda _: Edit(text)), main]
+
+
+def _on_host(target: Target, path: str) -> str:
+    """``path`` (under ``target.host_root``) as the host names it."""
+    if os.path.abspath(target.host_root) == "/":
+        return path
+    return os.path.join("/", os.path.relpath(path, target.host_root))
 
 
 def cleanup(target: Target) -> Report:

@@ -1,7 +1,14 @@
 """``gpuctrl toolkit install|cleanup|run|plan``: the container toolkit node agent.
 
 Exit codes: 0 done; 2 invalid input, nothing written; 1 any other failure. Imports only the
-standard library and tomlkit, so the agent starts fast and small.
+standard library and tomlkit, so the agent starts fast and small - and `api.v1alpha1`'s
+containerd defaults when it must detect the node's layout.
+
+In its DaemonSet the agent runs with ``--host-root /host``: every path option is then a host
+path (opened under /host; ``--runtime-dir`` is written into the config as given), and the
+containerd options left unset take the defaults of the distribution detected there (plain
+containerd, k3s, RKE2, microk8s). Without ``--host-root`` or ``--distribution`` nothing is
+detected: paths are used as given, with containerd's usual ones and ``--restart-mode none``.
 """
 
 from __future__ import annotations
@@ -10,10 +17,11 @@ import argparse
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 
 from gpuctrl.toolkit._agent import Report, Target, cleanup, diff, install, plan
 from gpuctrl.toolkit._errors import InvalidConfig, ToolkitError
-from gpuctrl.toolkit._restart import restart
+from gpuctrl.toolkit._restart import RestartMode, restart
 from gpuctrl.toolkit._settings import Settings
 
 __all__ = ["configure", "run"]
@@ -24,6 +32,17 @@ _DEFAULTS = {
 }
 _CRIO_DROP_IN = "/etc/crio/crio.conf.d/99-nvidia.toml"
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+_DISTRIBUTIONS = ("containerd", "k3s", "microk8s", "rke2")
+
+
+@dataclass(frozen=True)
+class _Node:
+    """The files the agent manages (as this process opens them) and how to restart the runtime."""
+
+    target: Target
+    restart_mode: RestartMode
+    socket: str  # as this process opens it
+    host_root: str
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,15 +61,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the chosen action; returns 0 done, 2 invalid input (nothing written), 1 failure."""
     try:
+        node = _node(args)
         if args.action == "plan":
-            sys.stdout.write(diff(plan(_target(args), _settings(args))))
+            sys.stdout.write(diff(plan(node.target, _settings(args))))
             return 0
         if args.action == "install":
-            _report(install(_target(args), _settings(args)), args)
+            _report(install(node.target, _settings(args)), node)
         elif args.action == "cleanup":
-            _report(cleanup(_target(args)), args)
+            _report(cleanup(node.target), node)
         else:
-            _run_until_signalled(args)
+            _run_until_signalled(node, _settings(args))
         return 0
     except InvalidConfig as err:
         print(f"gpuctrl toolkit: invalid input, nothing changed: {err}", file=sys.stderr)
@@ -60,42 +80,80 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _run_until_signalled(args: argparse.Namespace) -> None:
+def _run_until_signalled(node: _Node, settings: Settings) -> None:
     """install; wait for a stop signal (also one that came during install); cleanup."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
     try:
-        _report(install(_target(args), _settings(args)), args)
+        _report(install(node.target, settings), node)
         print("gpuctrl toolkit: installed; waiting for a stop signal", flush=True)
         while not stop.wait(1.0):
             pass
-        _report(cleanup(_target(args)), args)
+        _report(cleanup(node.target), node)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def _report(report: Report, args: argparse.Namespace) -> None:
+def _report(report: Report, node: _Node) -> None:
     for line in report.lines:
         print(line, flush=True)
     if report.changed:
-        print(restart(args.restart_mode, args.runtime, _socket(args), args.host_root), flush=True)
+        runtime = node.target.runtime
+        print(restart(node.restart_mode, runtime, node.socket, node.host_root), flush=True)
 
 
-def _target(args: argparse.Namespace) -> Target:
-    config = args.config or _DEFAULTS[args.runtime][0]
+def _node(args: argparse.Namespace) -> _Node:
+    """The files and restart the options name, every path opened under ``--host-root``."""
+    detect = args.runtime == "containerd" and (args.host_root or args.distribution)
+    config, sock, restart_mode, drop_in = _detected(args) if detect else _given(args)
+
+    def opened(path: str) -> str:
+        if args.host_root is None:
+            return path
+        from gpuctrl.toolkit._detect import in_container
+
+        return in_container(args.host_root, path)
+
+    root = args.host_root or "/"
+    drop_in = opened(drop_in) if drop_in else None
+    target = Target(args.runtime, opened(config), opened(args.state_dir), drop_in, root)
+    return _Node(target, restart_mode, opened(sock), root)
+
+
+_Layout = tuple[str, str, RestartMode, str | None]  # host paths: config, socket, drop-in
+
+
+def _detected(args: argparse.Namespace) -> _Layout:
+    """containerd's layout: the options given, the rest from the distribution's defaults."""
+    from gpuctrl.toolkit._detect import drop_in_path, resolve_containerd
+
+    root = args.host_root or "/"
+    found = resolve_containerd(
+        root,
+        getattr(args, "runtime_name", "nvidia"),
+        distribution=args.distribution,
+        config_path=args.config,
+        socket_path=args.socket,
+        restart_mode=args.restart_mode,
+        drop_in_mode=getattr(args, "drop_in_mode", None),
+    )
+    drop_in = getattr(args, "drop_in", None) or drop_in_path(root, found)
+    mode: RestartMode = found.restart_mode or "none"
+    return str(found.config_path), str(found.socket_path), mode, drop_in
+
+
+def _given(args: argparse.Namespace) -> _Layout:
+    """The options given, the rest from the runtime's usual paths; no restart unless asked."""
+    config, sock = _DEFAULTS[args.runtime]
     drop_in = getattr(args, "drop_in", None)
     if args.runtime == "crio" and drop_in is None:
         drop_in = _CRIO_DROP_IN
-    return Target(args.runtime, config, args.state_dir, drop_in)
+    return args.config or config, args.socket or sock, args.restart_mode or "none", drop_in
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings(args.runtime_dir, args.runtime_name, args.set_as_default)
-
-
-def _socket(args: argparse.Namespace) -> str:
-    return str(args.socket or _DEFAULTS[args.runtime][1])
 
 
 def _add_common_options(parser: argparse.ArgumentParser) -> None:
@@ -106,27 +164,39 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         help="the container runtime (default: containerd)",
     )
     parser.add_argument(
+        "--host-root",
+        help="where the host's root is mounted: path options are host paths under it, and unset"
+        " containerd options are detected there (default: /, paths as given, nothing detected)",
+    )
+    parser.add_argument(
+        "--distribution",
+        choices=_DISTRIBUTIONS,
+        help="containerd's distribution, whose layout gives the unset options (default: detected"
+        " under --host-root)",
+    )
+    parser.add_argument(
         "--config",
-        help="its main config file (default: /etc/containerd/config.toml, /etc/crio/crio.conf)",
+        help="its main config file (default: the distribution's; /etc/containerd/config.toml,"
+        " /etc/crio/crio.conf)",
     )
     parser.add_argument("--state-dir", required=True, help="where the journal is kept")
     parser.add_argument(
         "--restart-mode",
         choices=["none", "signal", "systemd"],
-        default="none",
-        help="how to restart the runtime after a change (default: none)",
+        help="how to restart the runtime after a change (default: the distribution's; none)",
     )
     parser.add_argument(
         "--socket", help="the runtime's socket, for --restart-mode signal (default: its usual)"
-    )
-    parser.add_argument(
-        "--host-root", default="/", help="the host's root, for --restart-mode systemd (default: /)"
     )
 
 
 def _add_install_options(parser: argparse.ArgumentParser) -> None:
     _add_common_options(parser)
-    parser.add_argument("--runtime-dir", required=True, help="where NVIDIA's runtime binaries are")
+    parser.add_argument(
+        "--runtime-dir",
+        required=True,
+        help="where NVIDIA's runtime binaries are on the host (written into the config as given)",
+    )
     parser.add_argument(
         "--runtime-name", default="nvidia", help="name of the first runtime (default: nvidia)"
     )
@@ -135,4 +205,10 @@ def _add_install_options(parser: argparse.ArgumentParser) -> None:
         "--drop-in",
         help="put the runtimes in this file and import it from the main config"
         f" (CRI-O: always; default {_CRIO_DROP_IN})",
+    )
+    parser.add_argument(
+        "--drop-in-mode",
+        choices=["always", "auto", "never"],
+        help="containerd without --drop-in: always use <config folder>/conf.d/99-nvidia.toml,"
+        " auto when the config already imports it, or never (default: the distribution's)",
     )

@@ -119,10 +119,16 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         help="ConfigMap holding cuda.yaml and plugin.yaml (default: the overrides' "
         f"configMapName, else {DEFAULT_CONFIGMAP})",
     )
-    parser.add_argument(
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument(
         "--overrides-file",
         type=Path,
         help="YAML mapping with the keys of a ClusterPolicy's validator.workloads",
+    )
+    given.add_argument(
+        "--overrides",
+        metavar="JSON",
+        help="the same mapping as JSON text (the DaemonSet passes $(GPUCTRL_VALIDATOR_WORKLOADS))",
     )
     parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"(default {DEFAULT_IMAGE})")
     parser.add_argument(
@@ -171,7 +177,7 @@ async def _run_workload(args: argparse.Namespace) -> tuple[bool, str]:
     from gpuctrl.validator._verdict import Passed
     from gpuctrl.validator._workload import WorkloadCheck, run_workload_check
 
-    overrides = _load_overrides(args.overrides_file)
+    overrides = _load_overrides(args.overrides_file, args.overrides)
     check = WorkloadCheck(
         check=args.check,
         namespace=args.namespace,
@@ -203,22 +209,24 @@ def _body(body: str | bytes | None) -> str:
     return body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
 
 
-def _load_overrides(path: Path | None) -> ValidatorWorkloads:
+def _load_overrides(path: Path | None, text: str | None) -> ValidatorWorkloads:
+    """The overrides from the file at ``path`` or from ``text`` (YAML or JSON), else defaults."""
     import pydantic
     import yaml
 
     from api.v1alpha1 import ValidatorWorkloads
 
-    if path is None:
-        return ValidatorWorkloads()
+    where = f"overrides file {path}" if path is not None else "--overrides"
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if path is not None:
+            text = path.read_text(encoding="utf-8")
+        document = yaml.safe_load(text) if text is not None else None
     except (OSError, yaml.YAMLError) as error:
-        raise InvalidInput(f"overrides file {path}: {error}") from error
+        raise InvalidInput(f"{where}: {error}") from error
     try:
         return ValidatorWorkloads.model_validate(document or {})
     except pydantic.ValidationError as error:
-        raise InvalidInput(f"overrides file {path}: {error}") from error
+        raise InvalidInput(f"{where}: {error}") from error
 
 
 def _own_pod(environ: Mapping[str, str]) -> PodOwner | None:

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1 import ClusterPolicy, ContainerdSettings, ValidatorWorkloads, load_cluster_policy
+from api.v1alpha1 import ClusterPolicy, ValidatorWorkloads, load_cluster_policy
 from controllers.render import (
     ClusterFacts,
     ConfigMapFacts,
@@ -271,7 +271,7 @@ def test_disabled_operands_are_not_rendered() -> None:
     assert components == {"validator", "toolkit"}  # toolkit: the RuntimeClass alone
 
 
-def test_toolkit_carries_containerd_settings_for_the_agent() -> None:
+def test_toolkit_passes_the_set_containerd_settings_as_options() -> None:
     policy = _policy(
         operator={"runtimeClass": "gpu"},
         toolkit={
@@ -280,12 +280,12 @@ def test_toolkit_carries_containerd_settings_for_the_agent() -> None:
         },
     )
     objects = render(policy, _facts())
-    env = _env(_pod(objects, "gpuctrl-toolkit")["spec"]["containers"][0])
-    settings = ContainerdSettings.model_validate_json(env["GPUCTRL_CONTAINERD"])
-    assert settings == ContainerdSettings(
-        distribution="k3s", set_as_default=True, runtime_class_name="gpu"
-    )
-    assert env["GPUCTRL_INSTALL_DIR"] == "/opt/nvidia"
+    args = _pod(objects, "gpuctrl-toolkit")["spec"]["containers"][0]["args"]
+    assert args == [
+        "toolkit", "run", "--host-root", "/host", "--runtime-dir", "/opt/nvidia/toolkit",
+        "--state-dir", "/var/lib/gpuctrl/toolkit", "--runtime-name", "gpu",
+        "--distribution", "k3s", "--set-as-default",
+    ]  # fmt: skip
     runtime_class = _find(objects, "RuntimeClass", "gpu")
     assert runtime_class["handler"] == "gpu"
 
@@ -350,10 +350,52 @@ def test_user_templates_config_map_must_exist_with_both_keys() -> None:
 def test_namespace_comes_from_the_facts() -> None:
     facts = ClusterFacts(namespace="gpu-system", nodes=(_node("n", "ubuntu", "22.04"),))
     for obj in render(_policy(), facts):
-        if obj["kind"] in {"ServiceAccount", "Role", "RoleBinding", "DaemonSet", "ConfigMap"}:
-            assert obj["metadata"]["namespace"] == "gpu-system"
+        meta = obj["metadata"]
+        if (obj["kind"], meta.get("namespace")) in {
+            ("Role", "default"),
+            ("RoleBinding", "default"),
+        }:
+            assert meta["name"] == "gpuctrl-validator"  # Events on Nodes live in "default"
+        elif obj["kind"] in {"ServiceAccount", "Role", "RoleBinding", "DaemonSet", "ConfigMap"}:
+            assert meta["namespace"] == "gpu-system"
         else:
-            assert "namespace" not in obj["metadata"]
+            assert "namespace" not in meta
+
+
+def _validator_roles(namespace: str) -> dict[str, list[dict[str, Any]]]:
+    facts = ClusterFacts(namespace=namespace, nodes=(_node("n", "ubuntu", "22.04"),))
+    objects = render(_policy(), facts)
+    validator = [o for o in objects if o["metadata"]["name"] == "gpuctrl-validator"]
+    assert "ClusterRole" not in {o["kind"] for o in validator}  # it reads no Node
+    roles = {o["metadata"]["namespace"]: o["rules"] for o in validator if o["kind"] == "Role"}
+    bindings = [o for o in validator if o["kind"] == "RoleBinding"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == sorted(roles)
+    for binding in bindings:
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "gpuctrl-validator", "namespace": namespace}
+        ]
+    return roles
+
+
+PODS = {
+    "apiGroups": [""],
+    "resources": ["pods"],
+    "verbs": ["create", "delete", "get", "list", "watch"],
+}
+LOGS = {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}
+CONFIG_MAPS = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+EVENTS = {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+
+
+def test_validator_rbac_is_what_the_agent_calls() -> None:
+    assert _validator_roles("gpu-system") == {
+        "gpu-system": [PODS, LOGS, CONFIG_MAPS],
+        "default": [EVENTS],
+    }
+
+
+def test_validator_in_namespace_default_gets_one_role() -> None:
+    assert _validator_roles("default") == {"default": [PODS, LOGS, CONFIG_MAPS, EVENTS]}
 
 
 def test_facts_from_objects_keep_only_config_maps_of_the_namespace() -> None:

@@ -40,6 +40,23 @@ def test_bad_overrides_file_exits_2_naming_it(
     assert complaint in err
 
 
+@pytest.mark.parametrize(
+    ("overrides", "complaint"),
+    [
+        pytest.param('{"labels": ["a"]}', "labels", id="wrong-type"),
+        pytest.param('{"labels": {"a": "b"}', "--overrides", id="not-json"),
+    ],
+)
+def test_bad_overrides_text_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: str, complaint: str
+) -> None:
+    assert _cuda(tmp_path, "--overrides", overrides) == 2
+
+    err = capsys.readouterr().err
+    assert "--overrides" in err
+    assert complaint in err
+
+
 def test_missing_overrides_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _cuda(tmp_path, "--overrides-file", str(tmp_path / "absent.yaml")) == 2
     assert "absent.yaml" in capsys.readouterr().err
