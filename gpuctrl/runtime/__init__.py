@@ -5,7 +5,7 @@ leader election, health and Prometheus metrics, and server-side apply helpers. I
 nothing of GPUs.
 """
 
-from ._builder import Watch, build_controller
+from ._builder import ControllerOptions, Watch, build_controller
 from ._cache import Cache
 from ._client import (
     DEFAULT_REQUEST_TIMEOUT,
@@ -82,6 +82,7 @@ __all__ = [
     "Conflict",
     "ContextFilter",
     "Controller",
+    "ControllerOptions",
     "Event",
     "EventHandler",
     "EventRecorder",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from ._cache import Cache
 from ._client import Resource
@@ -18,7 +19,7 @@ from ._controller import Controller, Reconciler
 from ._enqueue import Mapper, request_for_object, requests_for_owner
 from ._predicates import Predicate, generation_changed, resource_version_changed
 
-__all__ = ["Watch", "build_controller"]
+__all__ = ["ControllerOptions", "Watch", "build_controller"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,18 @@ class Watch:
     resource: Resource
     mapper: Mapper
     predicates: Sequence[Predicate] = (resource_version_changed,)
+
+
+class ControllerOptions(TypedDict, total=False):
+    """The optional keywords of `build_controller` (defaults there), as
+    `Manager.add_controller` passes them on."""
+
+    owns: Iterable[Resource]
+    watches: Iterable[Watch]
+    namespace: str | None
+    label_selector: str | None
+    predicates: Sequence[Predicate]
+    max_concurrent_reconciles: int
 
 
 def build_controller(

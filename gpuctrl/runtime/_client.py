@@ -13,7 +13,7 @@ import asyncio
 import json
 import os
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +134,27 @@ class Client:
         """Open a streaming GET (a watch); the response is released when the block exits."""
         async with self._open("GET", path, query, None, "application/json", limits) as response:
             yield response
+
+    async def watch(
+        self, path: str, query: Mapping[str, str | int | bool], limits: aiohttp.ClientTimeout
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The events (``{"type": ..., "object": ...}``) of a watch on ``path`` (``watch=true``
+        is added) until the server ends it; an ERROR event raises its `ApiError` (`Gone`: the
+        resourceVersion is too old). Iterate it inside ``contextlib.aclosing`` so that leaving
+        the loop early releases the connection at once."""
+        async with self.stream(path, {**query, "watch": True}, limits) as response:
+            pending = b""
+            async for chunk in response.content.iter_any():
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event: dict[str, Any] = json.loads(line)
+                    if event["type"] == "ERROR":
+                        status = event["object"]
+                        code, reason = status.get("code"), status.get("reason", "")
+                        raise api_error(SimpleNamespace(status=code, reason=reason, body=status))
+                    yield event
 
     @asynccontextmanager
     async def _open(

@@ -21,13 +21,13 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from kubernetes_asyncio import client as k8s_client
 
-from ._builder import Watch, build_controller
+from ._builder import ControllerOptions, build_controller
 from ._cache import Cache
 from ._client import DEFAULT_REQUEST_TIMEOUT, Client, Resource, new_api_client
 from ._controller import Controller, Reconciler
@@ -35,7 +35,6 @@ from ._errors import LeaderElectionLost
 from ._http import ProbeServer
 from ._informer import Transform
 from ._leader import LeaderElection, LeaderElector
-from ._predicates import Predicate, generation_changed
 
 __all__ = ["Manager", "Runnable"]
 
@@ -118,26 +117,17 @@ class Manager:
         reconciler: Reconciler,
         *,
         for_: Resource,
-        owns: Iterable[Resource] = (),
-        watches: Iterable[Watch] = (),
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        predicates: Sequence[Predicate] = (generation_changed,),
-        max_concurrent_reconciles: int = 1,
+        **options: Unpack[ControllerOptions],
     ) -> Controller:
-        """Build a controller on this manager's cache (see `build_controller`) and add it."""
+        """Build a controller on this manager's cache (see `build_controller` for ``options``)
+        and add it; it drains for at most the manager's graceful shutdown timeout."""
         controller = build_controller(
             self.cache,
             name,
             reconciler,
             for_=for_,
-            owns=owns,
-            watches=watches,
-            namespace=namespace,
-            label_selector=label_selector,
-            predicates=predicates,
-            max_concurrent_reconciles=max_concurrent_reconciles,
             drain_timeout=self._graceful_timeout,
+            **options,
         )
         self.add(controller)
         return controller

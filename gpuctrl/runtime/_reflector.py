@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import random
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import aclosing
 from typing import Any, Protocol
 
 import aiohttp
 
 from ._backoff import Backoff
 from ._client import Client, Resource
-from ._errors import ApiError, Gone, api_error
+from ._errors import ApiError, Gone
 from ._listjson import read_list
 
 __all__ = ["Reflector", "ReflectorSink"]
@@ -135,24 +135,17 @@ class Reflector:
         server_timeout = random.randint(300, 600)
         query: dict[str, str | int | bool] = {
             **self._selectors,
-            "watch": True,
             "allowWatchBookmarks": True,
             "resourceVersion": self.resource_version,
             "timeoutSeconds": server_timeout,
         }
         limits = aiohttp.ClientTimeout(total=server_timeout + 30, sock_connect=10)
-        async with self._client.stream(self._path, query, limits) as response:
-            pending = b""
-            async for chunk in response.content.iter_any():
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        self._handle(json.loads(line))
+        async with aclosing(self._client.watch(self._path, query, limits)) as events:
+            async for event in events:
+                self._handle(event)
 
     def _handle(self, event: Mapping[str, Any]) -> None:
         event_type, obj = event["type"], event["object"]
-        if event_type == "ERROR":
-            raise api_error(_StatusEvent(obj))
         if event_type != "BOOKMARK":
             obj.setdefault("apiVersion", self._resource.api_version)
             obj.setdefault("kind", self._resource.kind)
@@ -163,15 +156,6 @@ class Reflector:
         delay = backoff.next_delay()
         log.warning("%s %s failed (%r); retrying in %.1f s", what, self._path, error, delay)
         await asyncio.sleep(delay)
-
-
-class _StatusEvent:
-    """Adapts the Status object of a watch ERROR event to what `api_error` reads."""
-
-    def __init__(self, status: Mapping[str, Any]) -> None:
-        self.status = int(status.get("code") or 0)
-        self.reason = str(status.get("reason", ""))
-        self.body = json.dumps(status)
 
 
 def _with_type(items: Iterable[dict[str, Any]], resource: Resource) -> Iterator[dict[str, Any]]:

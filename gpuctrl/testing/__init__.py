@@ -12,7 +12,6 @@ from ._behavior import BEHAVIOR_ANNOTATION, BehaviorError, ContainerBehavior
 from ._clock import FakeClock
 from ._controlplane import ControlPlane, ControlPlaneError, default_assets_dir
 from ._eventually import eventually
-from ._kubeconfig import api_client
 from ._kubelet import SimulatedKubelet
 from ._nodes import SimulatedNode, simulated_gpu_nodes
 
@@ -25,7 +24,6 @@ __all__ = [
     "FakeClock",
     "SimulatedKubelet",
     "SimulatedNode",
-    "api_client",
     "default_assets_dir",
     "eventually",
     "simulated_gpu_nodes",

@@ -27,7 +27,9 @@ import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
-from ._kubeconfig import api_client, write_kubeconfig
+from gpuctrl.runtime import new_api_client
+
+from ._kubeconfig import write_kubeconfig
 from ._pki import Pki, write_pki
 from ._process import Process, Resources
 
@@ -137,7 +139,7 @@ class ControlPlane:
         The token comes from the TokenRequest API (valid 24 h), so no token controller is needed.
         The namespace must exist.
         """
-        async with await api_client(self.kubeconfig) as api:
+        async with await new_api_client(self.kubeconfig) as api:
             core = client.CoreV1Api(api)
             account = client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
             try:
@@ -258,7 +260,7 @@ class ControlPlane:
         """Pods need the `default` ServiceAccount and its token (ServiceAccount admission)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _READY_TIMEOUT_SECONDS
-        async with await api_client(self.kubeconfig) as api:
+        async with await new_api_client(self.kubeconfig) as api:
             core = client.CoreV1Api(api)
             while True:
                 self._check_alive()

@@ -8,9 +8,9 @@ the pure lifecycle of `_podsim` and merge-patches the status subresource wheneve
 then ends once nothing more will happen by itself.
 A pod being deleted is deleted with grace period 0, as a kubelet does once its containers stop.
 
-API calls send raw JSON (`_rest`), at most `_CONCURRENCY` at a time; transient errors
-(e.g. during `ControlPlane.restart_apiserver`) are retried. Container logs, exec and port-forward
-are not available: there is no kubelet endpoint behind the nodes.
+API calls go through `gpuctrl.runtime.Client` (raw JSON), at most `_CONCURRENCY` at a time;
+transient errors (e.g. during `ControlPlane.restart_apiserver`) are retried. Container logs, exec
+and port-forward are not available: there is no kubelet endpoint behind the nodes.
 """
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.client.rest import ApiException
+
+from gpuctrl.runtime import ApiError, Client, Gone, new_api_client
 
 from ._behavior import BehaviorError, BehaviorRules, ContainerBehavior, PodMatch
-from ._kubeconfig import api_client
 from ._nodes import (
     NODE_LEASE_NAMESPACE,
     SimulatedNode,
@@ -41,7 +40,6 @@ from ._nodes import (
 )
 from ._podsim import advance, config_error_pod, new_pod, next_due
 from ._podstatus import pod_status
-from ._rest import MERGE_PATCH, RawApi
 
 __all__ = ["SimulatedKubelet"]
 
@@ -56,10 +54,7 @@ _PODS = "/api/v1/pods"
 _NODES = "/api/v1/nodes"
 _LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases"
 _TRANSIENT = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
-
-
-class _Gone(Exception):
-    """The watch's resourceVersion is too old: list again."""
+_MERGE_PATCH = "application/merge-patch+json"
 
 
 @dataclass
@@ -97,7 +92,8 @@ class SimulatedKubelet:
         self._finalizing: set[str] = set()  # uids of pods being deleted
         self._renewing: set[str] = set()  # nodes whose Lease renewal is in flight
         self._tasks: set[asyncio.Task[None]] = set()
-        self._api: ApiClient | None = None
+        self._client: Client | None = None
+        self._limit = asyncio.Semaphore(_CONCURRENCY)
 
     @property
     def nodes(self) -> list[SimulatedNode]:
@@ -122,8 +118,7 @@ class SimulatedKubelet:
         self._rules.add(behavior, match, container)
 
     async def __aenter__(self) -> Self:
-        self._api = await api_client(self._kubeconfig)
-        self._rest = RawApi(self._api, concurrency=_CONCURRENCY)
+        self._client = Client(await new_api_client(self._kubeconfig))
         self._spawn(self._watch_pods())
         self._spawn(self._heartbeat())
         try:
@@ -144,7 +139,7 @@ class SimulatedKubelet:
     async def add_nodes(self, nodes: Iterable[SimulatedNode]) -> None:
         """Register `nodes` (concurrently) and start running the pods bound to them.
 
-        Returns once every Node is Ready and untainted. Raises ApiException (409) when a Node of
+        Returns once every Node is Ready and untainted. Raises `AlreadyExists` when a Node of
         that name exists already.
         """
         new = [node for node in nodes if node.name not in self._nodes]
@@ -174,8 +169,8 @@ class SimulatedKubelet:
         except TimeoutError:
             log.warning("apiserver unreachable: simulated Nodes %s not deleted", list(self._nodes))
         finally:
-            assert self._api is not None
-            await self._api.close()
+            assert self._client is not None
+            await self._client.api_client.close()
 
     async def _register(self, node: SimulatedNode) -> None:
         now = _now()
@@ -189,7 +184,7 @@ class SimulatedKubelet:
         for path in (f"{_NODES}/{name}", f"{_LEASES}/{name}"):
             try:
                 await self._request("DELETE", path)
-            except ApiException as error:
+            except ApiError as error:
                 if error.status != 404:
                     raise
 
@@ -208,10 +203,8 @@ class SimulatedKubelet:
         patch = {"spec": {"renewTime": micro_timestamp(_now())}}
         self._renewing.add(name)
         try:
-            with contextlib.suppress(ApiException, *_TRANSIENT):  # the next round renews it
-                await self._rest.request(
-                    "PATCH", f"{_LEASES}/{name}", body=patch, content_type=MERGE_PATCH
-                )
+            with contextlib.suppress(ApiError, *_TRANSIENT):  # the next round renews it
+                await self._send("PATCH", f"{_LEASES}/{name}", None, patch)
         finally:
             self._renewing.discard(name)
 
@@ -223,9 +216,9 @@ class SimulatedKubelet:
                 if resource_version is None:
                     resource_version = await self._scan_pods(prune=True)
                 resource_version = await self._follow_pods(resource_version)
-            except _Gone:
+            except Gone:
                 resource_version = None
-            except (ApiException, *_TRANSIENT) as error:
+            except (ApiError, *_TRANSIENT) as error:
                 log.debug("pod watch interrupted, retrying: %s", error)
                 await asyncio.sleep(_RETRY_SECONDS)
 
@@ -242,21 +235,24 @@ class SimulatedKubelet:
         return str(listing["metadata"]["resourceVersion"])
 
     async def _follow_pods(self, resource_version: str) -> str:
-        query = {
+        """Handle the events of one watch from `resource_version`; the last version seen.
+
+        Raises `Gone` when the version is too old.
+        """
+        query: dict[str, str | int | bool] = {
             **_BOUND,
             "resourceVersion": resource_version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(_WATCH_SECONDS),
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": _WATCH_SECONDS,
         }
-        async for event in self._rest.watch(_PODS, query):
-            kind, pod = event["type"], event["object"]
-            if kind == "ERROR":
-                if pod.get("code") == 410:
-                    raise _Gone
-                raise ApiException(status=pod.get("code"), reason=pod.get("message"))
-            resource_version = pod["metadata"]["resourceVersion"]
-            if kind != "BOOKMARK":
-                self._on_pod(pod, deleted=kind == "DELETED")
+        limits = aiohttp.ClientTimeout(total=_WATCH_SECONDS + 30, sock_connect=10)
+        assert self._client is not None
+        async with contextlib.aclosing(self._client.watch(_PODS, query, limits)) as events:
+            async for event in events:
+                kind, pod = event["type"], event["object"]
+                resource_version = pod["metadata"]["resourceVersion"]
+                if kind != "BOOKMARK":
+                    self._on_pod(pod, deleted=kind == "DELETED")
         return resource_version
 
     def _on_pod(self, pod: dict[str, Any], *, deleted: bool) -> None:
@@ -309,7 +305,7 @@ class SimulatedKubelet:
         path = f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}/status"
         try:
             await self._request("PATCH", path, body=body)
-        except ApiException as error:
+        except ApiError as error:
             if error.status in (404, 409, 422):
                 return False
             raise
@@ -319,7 +315,7 @@ class SimulatedKubelet:
         """The containers are "stopped" at once: remove the pod for good."""
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
-        with contextlib.suppress(ApiException):  # 404 gone, 409 replaced: nothing to do
+        with contextlib.suppress(ApiError):  # 404 gone, 409 replaced: nothing to do
             await self._request("DELETE", path, body=body)
 
     async def _request(
@@ -331,18 +327,27 @@ class SimulatedKubelet:
         body: Any = None,
     ) -> dict[str, Any]:
         """Send a request (PATCH: merge patch), retrying while the apiserver is unavailable."""
-        content_type = MERGE_PATCH if method == "PATCH" else "application/json"
         while True:
             try:
-                return await self._rest.request(
-                    method, path, query=query, body=body, content_type=content_type
-                )
-            except ApiException as error:
+                return await self._send(method, path, query, body)
+            except ApiError as error:
                 if error.status not in (429, 500, 503, 504):
                     raise
             except _TRANSIENT as error:
                 log.debug("retrying after %s", error)
             await asyncio.sleep(_RETRY_SECONDS)
+
+    async def _send(
+        self, method: str, path: str, query: Mapping[str, str] | None, body: Any
+    ) -> dict[str, Any]:
+        """Send one request (PATCH: merge patch), waiting while `_CONCURRENCY` are in flight."""
+        assert self._client is not None
+        content_type = _MERGE_PATCH if method == "PATCH" else "application/json"
+        async with self._limit:
+            result: dict[str, Any] = await self._client.request(
+                method, path, query=query, body=body, content_type=content_type
+            )
+        return result
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coroutine)

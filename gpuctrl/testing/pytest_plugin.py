@@ -22,8 +22,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.rest import ApiException
 
+from gpuctrl.runtime import new_api_client
+
 from ._controlplane import ControlPlane
-from ._kubeconfig import api_client
 from ._kubelet import SimulatedKubelet
 from ._nodes import simulated_gpu_nodes
 
@@ -48,7 +49,7 @@ async def control_plane() -> AsyncIterator[ControlPlane]:
 @pytest_asyncio.fixture
 async def kube_api(control_plane: ControlPlane) -> AsyncIterator[ApiClient]:
     """An `ApiClient` authenticated as cluster admin; closed after the test."""
-    async with await api_client(control_plane.kubeconfig) as api:
+    async with await new_api_client(control_plane.kubeconfig) as api:
         yield api
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from kubernetes_asyncio import client
 
-from gpuctrl.testing import ControlPlane, SimulatedKubelet, api_client, simulated_gpu_nodes
+from gpuctrl.runtime import new_api_client
+from gpuctrl.testing import ControlPlane, SimulatedKubelet, simulated_gpu_nodes
 
 
 def rss_mib() -> float:
@@ -56,7 +57,7 @@ async def wait_daemonset_ready(plane: ControlPlane, count: int) -> float:
             },
         },
     }
-    async with await api_client(plane.kubeconfig) as api:
+    async with await new_api_client(plane.kubeconfig) as api:
         apps = client.AppsV1Api(api)
         await apps.create_namespaced_daemon_set("default", daemonset)
         while True:

@@ -17,10 +17,10 @@ import time
 from kubernetes_asyncio import client
 
 from api.v1alpha1 import ValidatorWorkloads
+from gpuctrl.runtime import new_api_client
 from gpuctrl.testing import (
     ControlPlane,
     SimulatedKubelet,
-    api_client,
     eventually,
     simulated_gpu_nodes,
 )
@@ -47,7 +47,7 @@ async def one_check(plane: ControlPlane, namespace: str, node: str) -> float:
         timeout=300,
     )
     started = time.perf_counter()
-    async with await api_client(plane.kubeconfig) as api:
+    async with await new_api_client(plane.kubeconfig) as api:
         result = await run_workload_check(api, check, RetryPolicy())
     if result != Passed():
         raise RuntimeError(f"{node}: {result}")
@@ -55,7 +55,7 @@ async def one_check(plane: ControlPlane, namespace: str, node: str) -> float:
 
 
 async def prepare(plane: ControlPlane, namespace: str) -> None:
-    async with await api_client(plane.kubeconfig) as api:
+    async with await new_api_client(plane.kubeconfig) as api:
         await client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
         await client.NodeV1Api(api).create_runtime_class(
             {"metadata": {"name": "nvidia"}, "handler": "nvidia"}

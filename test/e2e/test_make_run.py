@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from gpuctrl.testing import api_client, eventually
+from gpuctrl.runtime import new_api_client
+from gpuctrl.testing import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 180.0
@@ -53,7 +54,7 @@ async def test_make_run_brings_up_operands_and_stops_cleanly(
 ) -> None:
     process, kubeconfig = make_run
     folder = kubeconfig.parent
-    async with await api_client(kubeconfig) as api:
+    async with await new_api_client(kubeconfig) as api:
         apps = client.AppsV1Api(api)
         core = client.CoreV1Api(api)
 

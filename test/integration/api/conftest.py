@@ -12,7 +12,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
 from api.crdgen import crd_files
-from gpuctrl.testing import ControlPlane, api_client
+from gpuctrl.runtime import new_api_client
+from gpuctrl.testing import ControlPlane
 
 _ESTABLISHED_TIMEOUT_SECONDS = 30.0
 
@@ -21,7 +22,7 @@ _ESTABLISHED_TIMEOUT_SECONDS = 30.0
 async def crds(control_plane: ControlPlane) -> AsyncIterator[list[dict[str, Any]]]:
     """gpuctrl's CRDs, as generated from the models, installed and Established."""
     installed = [yaml.safe_load(text) for text in crd_files().values()]
-    async with await api_client(control_plane.kubeconfig) as api:
+    async with await new_api_client(control_plane.kubeconfig) as api:
         extensions = client.ApiextensionsV1Api(api)
         for crd in installed:
             await _create_or_replace(extensions, crd)

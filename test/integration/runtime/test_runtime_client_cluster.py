@@ -1,7 +1,9 @@
 """Client helpers against a real API server: apply, conflicts, events, discovery."""
 
 import asyncio
+from contextlib import aclosing
 
+import aiohttp
 import pytest
 from runtime_helpers import CONFIGMAPS, configmap
 
@@ -90,3 +92,18 @@ async def test_discovery_finds_resources(client: Client) -> None:
     assert (nodes.plural, nodes.namespaced) == ("nodes", False)
     with pytest.raises(ValueError, match="no kind 'Nope' in apps/v1"):
         await client.resource("apps/v1", "Nope")
+
+
+async def test_watch_yields_the_events_after_a_resource_version(
+    client: Client, namespace: str
+) -> None:
+    path = CONFIGMAPS.path(namespace)
+    listed = await client.request("GET", path)
+    await client.create(CONFIGMAPS, configmap("watched", namespace, k="v"))
+    limits = aiohttp.ClientTimeout(total=30)
+    query = {"resourceVersion": listed["metadata"]["resourceVersion"], "timeoutSeconds": 10}
+    async with aclosing(client.watch(path, query, limits)) as events:
+        first = await anext(events)
+    assert first["type"] == "ADDED"
+    assert first["object"]["metadata"]["name"] == "watched"
+    assert first["object"]["data"] == {"k": "v"}

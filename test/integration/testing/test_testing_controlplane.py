@@ -16,11 +16,11 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.rest import ApiException
 
+from gpuctrl.runtime import new_api_client
 from gpuctrl.testing import (
     ControlPlane,
     ControlPlaneError,
     SimulatedKubelet,
-    api_client,
     eventually,
 )
 
@@ -75,7 +75,7 @@ async def test_service_account_kubeconfig_gets_only_what_rbac_grants(
 ):
     path = await control_plane.service_account_kubeconfig(namespace, "operator")
     rbac = client.RbacAuthorizationV1Api(kube_api)
-    async with await api_client(path) as operator_api:
+    async with await new_api_client(path) as operator_api:
         operator = client.CoreV1Api(operator_api)
         with pytest.raises(ApiException) as denied:
             await operator.list_namespaced_config_map(namespace)
@@ -179,12 +179,13 @@ async def test_bare_plane_admits_pods_and_dies_with_its_sigkilled_owner(
         """
         import asyncio, json, sys
         from kubernetes_asyncio import client
-        from gpuctrl.testing import ControlPlane, api_client
+        from gpuctrl.runtime import new_api_client
+        from gpuctrl.testing import ControlPlane
 
         async def main():
             async with ControlPlane() as plane:
                 # No controller-manager, so no `default` ServiceAccount: pods are still admitted.
-                async with await api_client(plane.kubeconfig) as api:
+                async with await new_api_client(plane.kubeconfig) as api:
                     container = {"name": "c", "image": "busybox"}
                     pod = {"metadata": {"name": "p"}, "spec": {"containers": [container]}}
                     await client.CoreV1Api(api).create_namespaced_pod("default", pod)

@@ -27,7 +27,8 @@ from cryptography.x509.oid import NameOID
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 
-from gpuctrl.testing import BEHAVIOR_ANNOTATION, ControlPlane, api_client
+from gpuctrl.runtime import new_api_client
+from gpuctrl.testing import BEHAVIOR_ANNOTATION, ControlPlane
 from gpuctrl.validator import builtin_template
 
 CONFIGMAP = "gpuctrl-validator-workloads"
@@ -41,7 +42,7 @@ RUNTIME_CLASSES = ("nvidia", "nvidia-legacy")
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def runtime_classes(control_plane: ControlPlane) -> AsyncIterator[tuple[str, ...]]:
     """The RuntimeClasses the operator would create, for the whole session."""
-    async with await api_client(control_plane.kubeconfig) as api:
+    async with await new_api_client(control_plane.kubeconfig) as api:
         node = client.NodeV1Api(api)
         for name in RUNTIME_CLASSES:
             await node.create_runtime_class({"metadata": {"name": name}, "handler": name})

@@ -22,7 +22,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from api.v1alpha1 import ValidatorWorkloads
 from gpuctrl.cli import main
-from gpuctrl.testing import BEHAVIOR_ANNOTATION, ControlPlane, SimulatedKubelet, api_client
+from gpuctrl.runtime import new_api_client
+from gpuctrl.testing import BEHAVIOR_ANNOTATION, ControlPlane, SimulatedKubelet
 from gpuctrl.validator import (
     Failed,
     Passed,
@@ -476,7 +477,7 @@ async def test_fifty_nodes_validate_at_once(
     workload_templates: str,
 ) -> None:
     async def validate(node: str) -> Passed | Failed:
-        async with await api_client(control_plane.kubeconfig) as api:  # one agent, one client
+        async with await new_api_client(control_plane.kubeconfig) as api:  # one agent, one client
             return await run_workload_check(api, _check(namespace, node, timeout=60), QUICK)
 
     results = await asyncio.gather(*(validate(node.name) for node in gpu_nodes.nodes))
