@@ -26,6 +26,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy gpuctrl api controllers webhooks
 
 test: $(STAMP) test-deps lint
 	$(BIN)/python -m pytest -q test/unit test/integration test/e2e
