@@ -39,8 +39,11 @@ WORKLOADS_CONFIG_MAP = "gpuctrl-validator-workloads"
 WORKLOAD_TEMPLATE_KEYS = ("cuda.yaml", "plugin.yaml")
 _CHECKS = ("driver", "toolkit", "cuda", "plugin")
 _WORKLOAD_CHECKS = ("cuda", "plugin")  # the checks that create workload pods
+# The device plugin keeps read access to Nodes, as NVIDIA's own manifests grant it.
 _READ_NODES = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
-_AGENT_PERMISSIONS = Permissions(cluster_rules=(_READ_NODES,))
+_DEVICE_PLUGIN_PERMISSIONS = Permissions(cluster_rules=(_READ_NODES,))
+# The toolkit agent never calls the API: its account has no rules, its pod no token.
+_TOOLKIT_PERMISSIONS = Permissions()
 # What `gpuctrl validate cuda|plugin` calls: its workload pods, their logs, the templates'
 # ConfigMap, and Events on the Node, which live in "default" as the kubelet's own do.
 _VALIDATOR_PERMISSIONS = Permissions(
@@ -74,7 +77,8 @@ def _json_env(name: str, value: Any) -> dict[str, str]:
 
 
 def render_toolkit(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any]]:
-    """The toolkit agent's account and DaemonSet (nothing when disabled)."""
+    """The toolkit agent's account (no RBAC, no API token in its pod) and DaemonSet (nothing
+    when disabled)."""
     toolkit = policy.spec.toolkit
     if not toolkit.enabled:
         return []
@@ -86,7 +90,7 @@ def render_toolkit(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str,
         "gpuctrl-toolkit",
         deploy_label="nvidia.com/gpu.deploy.container-toolkit",
     )
-    objects = account_objects(policy, facts, "toolkit", _AGENT_PERMISSIONS)
+    objects = account_objects(policy, facts, "toolkit", _TOOLKIT_PERMISSIONS)
     args = _toolkit_args(toolkit, runtime_handler(policy)) + ds.args
     return objects + render_template("toolkit.yaml.j2", ds=ds, args=args)
 
@@ -235,5 +239,5 @@ def render_device_plugin(policy: ClusterPolicy, facts: ClusterFacts) -> list[dic
         "gpuctrl-device-plugin",
         deploy_label="nvidia.com/gpu.deploy.device-plugin",
     )
-    objects = account_objects(policy, facts, "device-plugin", _AGENT_PERMISSIONS)
+    objects = account_objects(policy, facts, "device-plugin", _DEVICE_PLUGIN_PERMISSIONS)
     return objects + render_template("device-plugin.yaml.j2", ds=ds)

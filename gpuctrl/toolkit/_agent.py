@@ -4,6 +4,8 @@ Order of install: compute every new file (refusing bad input before anything is 
 write the journal, write the drop-in, write the main config, restart the runtime. Cleanup walks
 the journal backwards and removes the journal last, so a crash at any step leaves each file
 either as it was or completely rewritten, and running the same command again finishes the job.
+A missing k3s/RKE2 template is created from the config k3s generated (see ``_template``), and
+cleanup removes it again.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gpuctrl.toolkit._journal import (
 )
 from gpuctrl.toolkit._revert import revert_changes
 from gpuctrl.toolkit._settings import Edit, RuntimeKind, Settings
+from gpuctrl.toolkit._template import generated_config, template_from_generated
 from gpuctrl.toolkit._toml import dotted
 
 __all__ = ["FilePlan", "Report", "Target", "cleanup", "diff", "install", "plan"]
@@ -158,11 +161,31 @@ def _plan_file(path: str, role: Role, journal: Journal | None, editor: Editor) -
     record = journal.record(path) if journal else None
     try:
         original = _original(path, role, current, record)
-        edit = editor(_text(original, path))
+        base = _base(path, role, original, record)
+        edit = editor(_text(original if base is None else base, path))
     except InvalidConfig as err:
         raise err.with_path(path) from err
     new = edit.text.encode()
-    return FilePlan(FileRecord(path, role, original, digest(new), edit.changes), current, new)
+    file = FileRecord(path, role, original, digest(new), edit.changes, base)
+    return FilePlan(file, current, new)
+
+
+def _base(path: str, role: Role, original: bytes | None, record: FileRecord | None) -> bytes | None:
+    """What install edits instead of a config that does not exist (None: an empty file).
+
+    A k3s/RKE2 template is based on the config k3s generated; once recorded, the same base is
+    used again (k3s may have regenerated its config from install's template since).
+    """
+    if original is not None or role != "config":
+        return None
+    if record is not None:
+        return record.base
+    source = generated_config(path)
+    if source is None:
+        return None
+    generated = read_bytes(source)
+    text = None if generated is None else _text(generated, source)
+    return template_from_generated(text, path, source).encode()
 
 
 def _original(
@@ -219,7 +242,7 @@ def _text(data: bytes | None, path: str) -> str:
 
 def _describe(p: FilePlan) -> str:
     if p.current is None:
-        return "created"
+        return "created" + (" from the config k3s/RKE2 generated" if p.record.base else "")
     parts = []
     for c in p.record.changes:
         name = dotted(c.path)

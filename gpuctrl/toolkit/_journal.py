@@ -48,14 +48,16 @@ class FileRecord:
     original: bytes | None  # None: the file did not exist
     written_sha256: str | None  # None: install's result is "no file"
     changes: tuple[Change, ...]
+    # What install edited instead of a missing file (k3s/RKE2: the config k3s generated).
+    base: bytes | None = None
 
     def to_json(self) -> dict[str, Any]:
         """This record as JSON-ready data."""
-        original = None if self.original is None else base64.b64encode(self.original).decode()
         return {
+            "base": _encode(self.base),
             "path": self.path,
             "role": self.role,
-            "original": original,
+            "original": _encode(self.original),
             "original_sha256": digest(self.original),
             "written_sha256": self.written_sha256,
             "changes": [
@@ -67,13 +69,22 @@ class FileRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FileRecord:
         """Read a record back; raises ``KeyError``/``ValueError`` for a damaged one."""
-        original = None if data["original"] is None else base64.b64decode(data["original"])
+        original = _decode(data["original"])
         if digest(original) != data["original_sha256"]:
             raise ValueError(f"the original of {data['path']} does not match its checksum")
         changes = tuple(
             Change(c["kind"], tuple(c["path"]), c["previous"], c["value"]) for c in data["changes"]
         )
-        return cls(data["path"], data["role"], original, data["written_sha256"], changes)
+        base = _decode(data.get("base"))
+        return cls(data["path"], data["role"], original, data["written_sha256"], changes, base)
+
+
+def _encode(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _decode(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,11 @@ path (opened under /host; ``--runtime-dir`` is written into the config as given)
 containerd options left unset take the defaults of the distribution detected there (plain
 containerd, k3s, RKE2, microk8s). Without ``--host-root`` or ``--distribution`` nothing is
 detected: paths are used as given, with containerd's usual ones and ``--restart-mode none``.
+
+``--restart-mode systemd`` restarts ``--restart-unit``, else the first of the distribution's
+units whose unit file the host has: ``k3s`` or ``k3s-agent``, ``rke2-server`` or
+``rke2-agent``, ``snap.microk8s.daemon-containerd``, ``containerd``, ``crio``; none installed
+is invalid input, found before anything is written.
 """
 
 from __future__ import annotations
@@ -21,7 +26,13 @@ from dataclasses import dataclass
 
 from gpuctrl.toolkit._agent import Report, Target, cleanup, diff, install, plan
 from gpuctrl.toolkit._errors import InvalidConfig, ToolkitError
-from gpuctrl.toolkit._restart import RestartMode, restart
+from gpuctrl.toolkit._restart import (
+    RestartMode,
+    choose_unit,
+    installed_units,
+    restart,
+    unit_candidates,
+)
 from gpuctrl.toolkit._settings import Settings
 
 __all__ = ["configure", "run"]
@@ -43,6 +54,7 @@ class _Node:
     restart_mode: RestartMode
     socket: str  # as this process opens it
     host_root: str
+    unit: str | None  # the systemd unit --restart-mode systemd restarts
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -100,13 +112,15 @@ def _report(report: Report, node: _Node) -> None:
         print(line, flush=True)
     if report.changed:
         runtime = node.target.runtime
-        print(restart(node.restart_mode, runtime, node.socket, node.host_root), flush=True)
+        done = restart(node.restart_mode, runtime, node.socket, node.host_root, node.unit)
+        print(done, flush=True)
 
 
 def _node(args: argparse.Namespace) -> _Node:
     """The files and restart the options name, every path opened under ``--host-root``."""
     detect = args.runtime == "containerd" and (args.host_root or args.distribution)
-    config, sock, restart_mode, drop_in = _detected(args) if detect else _given(args)
+    layout = _detected(args) if detect else _given(args)
+    config, sock, restart_mode, drop_in, distribution = layout
 
     def opened(path: str) -> str:
         if args.host_root is None:
@@ -118,10 +132,24 @@ def _node(args: argparse.Namespace) -> _Node:
     root = args.host_root or "/"
     drop_in = opened(drop_in) if drop_in else None
     target = Target(args.runtime, opened(config), opened(args.state_dir), drop_in, root)
-    return _Node(target, restart_mode, opened(sock), root)
+    unit = _unit(args.restart_unit, restart_mode, distribution, root)
+    return _Node(target, restart_mode, opened(sock), root, unit)
 
 
-_Layout = tuple[str, str, RestartMode, str | None]  # host paths: config, socket, drop-in
+def _unit(given: str | None, mode: RestartMode, distribution: str, root: str) -> str | None:
+    """The systemd unit to restart: ``--restart-unit``, else the distribution's installed one."""
+    if mode != "systemd":
+        if given is not None:
+            raise InvalidConfig(f"--restart-unit needs --restart-mode systemd (it is {mode})")
+        return None
+    if given is not None:
+        return given
+    candidates = unit_candidates(distribution)
+    return choose_unit(candidates, installed_units(root, candidates))
+
+
+# Host paths: config, socket, drop-in; then the distribution (or the runtime, for CRI-O).
+_Layout = tuple[str, str, RestartMode, str | None, str]
 
 
 def _detected(args: argparse.Namespace) -> _Layout:
@@ -140,7 +168,8 @@ def _detected(args: argparse.Namespace) -> _Layout:
     )
     drop_in = getattr(args, "drop_in", None) or drop_in_path(root, found)
     mode: RestartMode = found.restart_mode or "none"
-    return str(found.config_path), str(found.socket_path), mode, drop_in
+    distribution = str(found.distribution)
+    return str(found.config_path), str(found.socket_path), mode, drop_in, distribution
 
 
 def _given(args: argparse.Namespace) -> _Layout:
@@ -149,7 +178,8 @@ def _given(args: argparse.Namespace) -> _Layout:
     drop_in = getattr(args, "drop_in", None)
     if args.runtime == "crio" and drop_in is None:
         drop_in = _CRIO_DROP_IN
-    return args.config or config, args.socket or sock, args.restart_mode or "none", drop_in
+    mode: RestartMode = args.restart_mode or "none"
+    return args.config or config, args.socket or sock, mode, drop_in, args.runtime
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -184,6 +214,12 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
         "--restart-mode",
         choices=["none", "signal", "systemd"],
         help="how to restart the runtime after a change (default: the distribution's; none)",
+    )
+    parser.add_argument(
+        "--restart-unit",
+        help="the systemd unit --restart-mode systemd restarts (default: the distribution's unit"
+        " installed on the host: containerd, crio, k3s or k3s-agent, rke2-server or rke2-agent,"
+        " snap.microk8s.daemon-containerd)",
     )
     parser.add_argument(
         "--socket", help="the runtime's socket, for --restart-mode signal (default: its usual)"

@@ -409,3 +409,28 @@ def test_facts_from_objects_keep_only_config_maps_of_the_namespace() -> None:
     )
     assert facts.nodes[0].labels == {"a": "b"}
     assert [c.name for c in facts.config_maps] == ["x"]
+
+
+def test_toolkit_gets_no_api_access() -> None:
+    objects = render(_policy(), _facts())
+    toolkit = [o for o in objects if o["metadata"]["name"] == "gpuctrl-toolkit"]
+    assert sorted(o["kind"] for o in toolkit) == ["DaemonSet", "ServiceAccount"]  # no RBAC
+    pod = _pod(objects, "gpuctrl-toolkit")["spec"]
+    assert pod["serviceAccountName"] == "gpuctrl-toolkit"
+    assert pod["automountServiceAccountToken"] is False
+    binds_toolkit = [
+        o
+        for o in objects
+        if o["kind"] in {"RoleBinding", "ClusterRoleBinding"}
+        and any(s["name"] == "gpuctrl-toolkit" for s in o["subjects"])
+    ]
+    assert binds_toolkit == []
+
+
+def test_device_plugin_keeps_read_access_to_nodes() -> None:
+    objects = render(_policy(), _facts())
+    role = _find(objects, "ClusterRole", "gpuctrl-device-plugin")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    ]
+    assert "automountServiceAccountToken" not in _pod(objects, "gpuctrl-device-plugin")["spec"]

@@ -51,6 +51,12 @@ LAYOUTS = [
     ),
 ]
 IDS = [layout[0] for layout in LAYOUTS]
+# The unit file each distribution's installer writes, for --restart-mode systemd.
+UNIT_FILES = {
+    "k3s": "/etc/systemd/system/k3s.service",
+    "rke2": "/usr/local/lib/systemd/system/rke2-server.service",
+    "microk8s": "/etc/systemd/system/snap.microk8s.daemon-containerd.service",
+}
 
 
 def _host(root: Path, path: str) -> Path:
@@ -89,13 +95,17 @@ def test_install_edits_the_detected_config_with_host_paths_and_restarts_as_detec
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     edited = _node_with(tmp_path, folder, config)
+    if mode == "systemd":
+        unit_file = UNIT_FILES[distribution]
+        _node_with(tmp_path, unit_file.rsplit("/", 1)[0], unit_file, "[Unit]\n")
     # Nothing serves the runtime in the temp root: the detected restart fails, naming how.
     assert _install(tmp_path) == 1
     err = capsys.readouterr().err
     if mode == "signal":
         assert f"cannot signal containerd through {tmp_path}{socket}" in err
     else:
-        assert f"chroot {tmp_path} systemctl restart containerd failed" in err
+        unit = UNIT_FILES[distribution].rsplit("/", 1)[1].removesuffix(".service")
+        assert f"chroot {tmp_path} systemctl restart {unit} failed" in err
     text = edited.read_text()
     assert f'BinaryName = "{RUNTIME_DIR}/nvidia-container-runtime"' in text
     assert str(tmp_path) not in text

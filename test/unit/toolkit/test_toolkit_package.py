@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 import gpuctrl.toolkit
-from gpuctrl.toolkit._restart import peer_pid, restart, systemd_command
+from gpuctrl.toolkit._restart import peer_pid, restart
 
 
 def test_all_is_sorted_and_complete() -> None:
@@ -43,17 +43,6 @@ def test_toolkit_does_not_load_kubernetes(code: str) -> None:
     modules = json.loads(done.stdout.splitlines()[-1])
     assert "gpuctrl.toolkit.cli" in modules
     assert not [m for m in modules if m.startswith(("kubernetes_asyncio", "aiohttp"))]
-
-
-@pytest.mark.parametrize(
-    ("runtime", "host_root", "command"),
-    [
-        ("containerd", "/", ["systemctl", "restart", "containerd"]),
-        ("crio", "/host", ["chroot", "/host", "systemctl", "restart", "crio"]),
-    ],
-)
-def test_systemd_command(runtime: str, host_root: str, command: list[str]) -> None:
-    assert systemd_command(runtime, host_root) == command
 
 
 def test_peer_pid_names_the_socket_owner(tmp_path: Path) -> None:
