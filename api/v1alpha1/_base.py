@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "ApiModel",
+    "ApiObject",
     "EnvVar",
     "LabelMap",
     "LocalObjectReference",
@@ -40,6 +41,15 @@ class ApiModel(BaseModel):
         extra="forbid",
         frozen=True,
     )
+
+
+class ApiObject(ApiModel):
+    """The header of every ``gpuctrl.io/v1alpha1`` object; a subclass fixes ``kind`` to its
+    own Literal and adds ``spec`` (and ``status``) after ``metadata``."""
+
+    api_version: Literal["gpuctrl.io/v1alpha1"] = "gpuctrl.io/v1alpha1"
+    kind: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 def wire(model: BaseModel) -> dict[str, Any]:

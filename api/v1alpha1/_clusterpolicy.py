@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from api.v1alpha1._base import ApiModel
+from api.v1alpha1._base import ApiModel, ApiObject
 from api.v1alpha1._daemonsets import DaemonsetsSpec, OperatorSpec
 from api.v1alpha1._deviceplugin import DevicePluginSpec
 from api.v1alpha1._driver import DriverSpec
@@ -39,11 +39,9 @@ class ClusterPolicySpec(ApiModel):
     )
 
 
-class ClusterPolicy(ApiModel):
+class ClusterPolicy(ApiObject):
     """A ``gpuctrl.io/v1alpha1`` ClusterPolicy object (cluster-scoped)."""
 
-    api_version: Literal["gpuctrl.io/v1alpha1"] = "gpuctrl.io/v1alpha1"
     kind: Literal["ClusterPolicy"] = "ClusterPolicy"
-    metadata: dict[str, Any] = Field(default_factory=dict)
     spec: ClusterPolicySpec = Field(default_factory=ClusterPolicySpec)
     status: ClusterPolicyStatus | None = None

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from api.v1alpha1._base import ApiModel, LabelMap, ResourceRequirements
+from api.v1alpha1._base import ApiModel, ApiObject, LabelMap, ResourceRequirements
 
 __all__ = [
     "MESH_OPT_OUTS",
@@ -97,10 +97,8 @@ class PodPolicySpec(ApiModel):
     )
 
 
-class PodPolicy(ApiModel):
+class PodPolicy(ApiObject):
     """A ``gpuctrl.io/v1alpha1`` PodPolicy object (cluster-scoped)."""
 
-    api_version: Literal["gpuctrl.io/v1alpha1"] = "gpuctrl.io/v1alpha1"
     kind: Literal["PodPolicy"] = "PodPolicy"
-    metadata: dict[str, Any] = Field(default_factory=dict)
     spec: PodPolicySpec = Field(default_factory=PodPolicySpec)

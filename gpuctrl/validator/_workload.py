@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client import ApiClient
 
 from api.v1alpha1 import ValidatorWorkloads
+from gpuctrl.runtime import EVENTS, ApiError, Client, Gone, Invalid, NotFound, Resource
 from gpuctrl.validator._pod import (
     PodOwner,
     apply_overrides,
@@ -40,11 +39,13 @@ from gpuctrl.validator._verdict import (
     Verdict,
     verdict,
 )
-from gpuctrl.validator._watch import WatchExpired, watch_events
 
 __all__ = ["RetryPolicy", "WorkloadCheck", "build_workload_pod", "run_workload_check"]
 
 _log = logging.getLogger("gpuctrl.validator")
+
+_PODS = Resource("v1", "Pod", "pods")
+_CONFIGMAPS = Resource("v1", "ConfigMap", "configmaps")
 
 # Lines of a failed container's log quoted in the verdict, and how long to wait for them (the
 # apiserver fetches them from the kubelet, which may be unreachable: a verdict must not wait).
@@ -55,6 +56,8 @@ _LOG_TIMEOUT_SECONDS = 5
 _EVENT_NAMESPACE = "default"
 # Longest Event message; the rest of a long failure stays in the agent's own log.
 _EVENT_MESSAGE_LIMIT = 1024
+# How much longer than the server-side timeout the client waits for a watch to end by itself.
+_WATCH_GRACE_SECONDS = 15
 
 
 @dataclass(frozen=True)
@@ -84,19 +87,17 @@ class RetryPolicy:
 
 
 async def build_workload_pod(
-    core: client.CoreV1Api, check: WorkloadCheck
+    client: Client, check: WorkloadCheck
 ) -> tuple[dict[str, Any], frozenset[str]]:
     """Read the template from the API and return the pod to create and its template's
     container names. Raises `TemplateError` when the ConfigMap, key or template is unusable."""
     source = _source(check)
     key = source.key
     try:
-        configmap = await core.read_namespaced_config_map(check.configmap, check.namespace)
-    except ApiException as error:
-        if error.status == 404:
-            raise TemplateError(source, "the ConfigMap does not exist") from error
-        raise
-    text = (configmap.data or {}).get(key)
+        configmap = await client.get(_CONFIGMAPS, check.configmap, check.namespace)
+    except NotFound as error:
+        raise TemplateError(source, "the ConfigMap does not exist") from error
+    text = (configmap.get("data") or {}).get(key)
     if text is None:
         raise TemplateError(source, "the ConfigMap has no such key")
     rendered = render_template(text, source, _variables(check))
@@ -106,28 +107,28 @@ async def build_workload_pod(
 
 
 async def run_workload_check(
-    api: client.ApiClient, check: WorkloadCheck, retry: RetryPolicy | None = None
+    api: ApiClient, check: WorkloadCheck, retry: RetryPolicy | None = None
 ) -> Passed | Failed:
     """Run ``check`` once on its node and return the verdict; records an Event either way.
 
     Raises `TemplateError`, with no pod created, for an unusable template (including one whose
-    pod the apiserver rejects as invalid), and `ApiException` when the API refuses what the
+    pod the apiserver rejects as invalid), and `ApiError` when the API refuses what the
     agent must do.
     """
     retry = retry or RetryPolicy()
     deadline = asyncio.get_running_loop().time() + check.timeout
-    core = client.CoreV1Api(api)
-    pod, containers = await build_workload_pod(core, check)
+    client = Client(api)
+    pod, containers = await build_workload_pod(client, check)
     try:
         async with asyncio.timeout_at(deadline):
-            await _delete_stale_pods(core, check, retry)
+            await _delete_stale_pods(client, check, retry)
     except TimeoutError:
         result: Passed | Failed = Failed(
             "Timeout", f"earlier {check.check} workload pods still there after {check.timeout} s"
         )
     else:
-        result = await _run_pods(core, check, retry, pod, containers, deadline)
-    await _record_event(core, check, result)
+        result = await _run_pods(client, check, retry, pod, containers, deadline)
+    await _record_event(client, check, result)
     return result
 
 
@@ -145,16 +146,30 @@ def _variables(check: WorkloadCheck) -> dict[str, str]:
     }
 
 
-async def _delete_stale_pods(
-    core: client.CoreV1Api, check: WorkloadCheck, retry: RetryPolicy
-) -> None:
+def _watch_pods(
+    client: Client, namespace: str, query: Mapping[str, str], version: str, retry: RetryPolicy
+) -> AsyncGenerator[dict[str, Any], None]:
+    """The events of one watch of the namespace's pods matching ``query``, from ``version``;
+    raises `Gone` when ``version`` is too old, aiohttp's errors when the connection fails."""
+    limits = aiohttp.ClientTimeout(total=retry.watch_seconds + _WATCH_GRACE_SECONDS)
+    watch_query: dict[str, str | int | bool] = {
+        **query,
+        "resourceVersion": version,
+        "timeoutSeconds": retry.watch_seconds,
+        "allowWatchBookmarks": True,
+    }
+    return client.watch(_PODS.path(namespace), watch_query, limits)
+
+
+async def _delete_stale_pods(client: Client, check: WorkloadCheck, retry: RetryPolicy) -> None:
     """Delete every workload pod of the check on the node and return once all are gone."""
-    selector, on_node = workload_selector(check.check), f"spec.nodeName={check.node_name}"
+    query = {
+        "labelSelector": workload_selector(check.check),
+        "fieldSelector": f"spec.nodeName={check.node_name}",
+    }
     while True:
-        listing = await core.list_namespaced_pod(
-            check.namespace, label_selector=selector, field_selector=on_node
-        )
-        remaining = {pod.metadata.name for pod in listing.items}
+        listing = await client.request("GET", _PODS.path(check.namespace), query=query)
+        remaining = {pod["metadata"]["name"] for pod in listing["items"]}
         if not remaining:
             return
         _log.info(
@@ -164,26 +179,20 @@ async def _delete_stale_pods(
             ", ".join(sorted(remaining)),
         )
         for name in remaining:
-            await _delete_pod(core, check.namespace, name)
-        with contextlib.suppress(WatchExpired, aiohttp.ClientError, TimeoutError):
-            events = watch_events(
-                core.list_namespaced_pod,
-                check.namespace,
-                resource_version=listing.metadata.resource_version,
-                timeout_seconds=retry.watch_seconds,
-                label_selector=selector,
-                field_selector=on_node,
-            )
+            await client.delete(_PODS, name, check.namespace)
+        version = listing["metadata"]["resourceVersion"]
+        with contextlib.suppress(Gone, aiohttp.ClientError, TimeoutError):
+            events = _watch_pods(client, check.namespace, query, version, retry)
             async with contextlib.aclosing(events):
-                async for kind, obj in events:
-                    if kind == "DELETED":
-                        remaining.discard(obj["metadata"]["name"])
+                async for event in events:
+                    if event["type"] == "DELETED":
+                        remaining.discard(event["object"]["metadata"]["name"])
                         if not remaining:
                             return
 
 
 async def _run_pods(
-    core: client.CoreV1Api,
+    client: Client,
     check: WorkloadCheck,
     retry: RetryPolicy,
     pod: dict[str, Any],
@@ -196,18 +205,16 @@ async def _run_pods(
         if attempt:
             await asyncio.sleep(max(min(delay, deadline - asyncio.get_running_loop().time()), 0))
             delay = min(delay * 2, retry.max_backoff)
-        created = await _create_pod(core, check, pod)
-        name = created.metadata.name
+        created = await _create_pod(client, check, pod)
+        name = created["metadata"]["name"]
         _log.info("created %s workload pod %s on node %s", check.check, name, check.node_name)
         try:
-            result = await _await_verdict(
-                core, _as_dict(core, created), containers, retry, deadline
-            )
+            result = await _await_verdict(client, created, containers, retry, deadline)
             if isinstance(result, Failed) and result.container is not None:
-                log = await _log_tail(core, check.namespace, name, result.container)
+                log = await _log_tail(client, check.namespace, name, result.container)
                 result = Failed(result.reason, f"{result.message}\n{log}", result.container)
         finally:
-            await _delete_pod(core, check.namespace, name)
+            await client.delete(_PODS, name, check.namespace)
         if result is not None:
             return result
         _log.warning("workload pod %s disappeared before a verdict; replacing it", name)
@@ -217,29 +224,17 @@ async def _run_pods(
     )
 
 
-async def _create_pod(
-    core: client.CoreV1Api, check: WorkloadCheck, pod: dict[str, Any]
-) -> client.V1Pod:
+async def _create_pod(client: Client, check: WorkloadCheck, pod: dict[str, Any]) -> Any:
     """Create ``pod``; an invalid one (422) is the template's fault: `TemplateError`."""
     try:
-        return await core.create_namespaced_pod(check.namespace, pod)  # type: ignore[arg-type]
-    except ApiException as error:
-        if error.status != 422:
-            raise
-        problem = f"the apiserver rejects the pod: {_status_message(error)}"
+        return await client.create(_PODS, pod)
+    except Invalid as error:
+        problem = f"the apiserver rejects the pod: {error.message or error.reason}"
         raise TemplateError(_source(check), problem) from error
 
 
-def _status_message(error: ApiException) -> str:
-    """The message of the Status an API error carries, else its reason."""
-    try:
-        return str(json.loads(error.body or "")["message"])
-    except (TypeError, ValueError, KeyError):
-        return str(error.reason)
-
-
 async def _await_verdict(
-    core: client.CoreV1Api,
+    client: Client,
     pod: dict[str, Any],
     containers: frozenset[str],
     retry: RetryPolicy,
@@ -250,7 +245,7 @@ async def _await_verdict(
     name = pod["metadata"]["name"]
     try:
         async with asyncio.timeout_at(deadline):
-            judged = _verdicts(core, pod, containers, retry)
+            judged = _verdicts(client, pod, containers, retry)
             async with contextlib.aclosing(judged):
                 async for last in judged:
                     if not isinstance(last, Pending):
@@ -262,31 +257,30 @@ async def _await_verdict(
 
 
 async def _verdicts(
-    core: client.CoreV1Api, pod: dict[str, Any], containers: frozenset[str], retry: RetryPolicy
+    client: Client, pod: dict[str, Any], containers: frozenset[str], retry: RetryPolicy
 ) -> AsyncGenerator[Verdict, None]:
     """Yield the pod's verdict each time it changes; end when the pod is gone."""
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     uid, version = pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
+    query = {"fieldSelector": f"metadata.name={name}"}
     while True:
         try:
-            events = watch_events(
-                core.list_namespaced_pod,
-                namespace,
-                field_selector=f"metadata.name={name}",
-                resource_version=version,
-                timeout_seconds=retry.watch_seconds,
-            )
+            events = _watch_pods(client, namespace, query, version, retry)
             async with contextlib.aclosing(events):
-                async for kind, obj in events:
+                async for event in events:
+                    obj = event["object"]
                     version = obj["metadata"]["resourceVersion"]
-                    if kind == "BOOKMARK":
+                    if event["type"] == "BOOKMARK":
                         continue
-                    if kind == "DELETED" or obj["metadata"]["uid"] != uid:
+                    if event["type"] == "DELETED" or obj["metadata"]["uid"] != uid:
                         return
                     yield verdict(obj, containers, retry.max_restarts)
-        except WatchExpired:
-            current = await _read_pod(core, namespace, name)
-            if current is None or current["metadata"]["uid"] != uid:
+        except Gone:
+            try:
+                current = await client.get(_PODS, name, namespace)
+            except NotFound:
+                return
+            if current["metadata"]["uid"] != uid:
                 return
             version = current["metadata"]["resourceVersion"]
             yield verdict(current, containers, retry.max_restarts)
@@ -295,34 +289,15 @@ async def _verdicts(
             await asyncio.sleep(1)
 
 
-async def _read_pod(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        return _as_dict(core, await core.read_namespaced_pod(name, namespace))
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-
-
-async def _delete_pod(core: client.CoreV1Api, namespace: str, name: str) -> None:
-    try:
-        await core.delete_namespaced_pod(name, namespace)
-    except ApiException as error:
-        if error.status != 404:
-            raise
-
-
-async def _log_tail(core: client.CoreV1Api, namespace: str, pod: str, container: str) -> str:
+async def _log_tail(client: Client, namespace: str, pod: str, container: str) -> str:
     """The last lines of the container's log, or why they cannot be had."""
+    path = _PODS.path(namespace, pod, "log")
+    query: dict[str, str | int | bool] = {"container": container, "tailLines": _LOG_LINES}
+    limits = aiohttp.ClientTimeout(total=_LOG_TIMEOUT_SECONDS)
     try:
-        text = await core.read_namespaced_pod_log(
-            pod,
-            namespace,
-            container=container,
-            tail_lines=_LOG_LINES,
-            _request_timeout=_LOG_TIMEOUT_SECONDS,
-        )
-    except ApiException as error:
+        async with client.stream(path, query, limits) as response:
+            text = (await response.read()).decode(errors="replace")
+    except ApiError as error:
         return f"logs of {container} unavailable: {error.status} {error.reason}"
     except (aiohttp.ClientError, TimeoutError) as error:
         return f"logs of {container} unavailable: {error!r}"
@@ -331,16 +306,17 @@ async def _log_tail(core: client.CoreV1Api, namespace: str, pod: str, container:
     return f"last lines of the log of {container}:\n{text.rstrip()}"
 
 
-async def _record_event(
-    core: client.CoreV1Api, check: WorkloadCheck, result: Passed | Failed
-) -> None:
+async def _record_event(client: Client, check: WorkloadCheck, result: Passed | Failed) -> None:
     """Record the outcome as an Event on the Node (in namespace ``default``, where Events on
     cluster-scoped objects must be); a refusal is logged, not raised."""
     passed = isinstance(result, Passed)
     message = result.message if isinstance(result, Failed) else f"{check.check} validation passed"
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     event = {
-        "metadata": {"generateName": f"{check.node_name}.gpuctrl-{check.check}-validation."},
+        "metadata": {
+            "generateName": f"{check.node_name}.gpuctrl-{check.check}-validation.",
+            "namespace": _EVENT_NAMESPACE,
+        },
         # kubectl describe node finds a Node's events by kind, name and uid == name.
         "involvedObject": {
             "apiVersion": "v1",
@@ -351,6 +327,7 @@ async def _record_event(
         "reason": "ValidationPassed" if passed else "ValidationFailed",
         "message": f"{message}"[:_EVENT_MESSAGE_LIMIT],
         "type": "Normal" if passed else "Warning",
+        # The Node is the host: the agent's own host name is its pod's name.
         "source": {"component": "gpuctrl-validator", "host": check.node_name},
         "reportingComponent": "gpuctrl-validator",
         "reportingInstance": check.node_name,
@@ -359,11 +336,6 @@ async def _record_event(
         "count": 1,
     }
     try:
-        await core.create_namespaced_event(_EVENT_NAMESPACE, event)  # type: ignore[arg-type]
-    except ApiException as error:
+        await client.create(EVENTS, event)
+    except ApiError as error:
         _log.warning("could not record the outcome as an Event: %s %s", error.status, error.reason)
-
-
-def _as_dict(core: client.CoreV1Api, model: Any) -> dict[str, Any]:
-    """A client model as the API sends it (camelCase keys)."""
-    return core.api_client.sanitize_for_serialization(model)  # type: ignore[attr-defined,no-any-return]

@@ -171,8 +171,8 @@ def _run_smi_check(args: argparse.Namespace) -> SmiResult:
 async def _run_workload(args: argparse.Namespace) -> tuple[bool, str]:
     # Imported here: the driver and toolkit checks never need the Kubernetes client.
     import aiohttp
-    from kubernetes_asyncio.client.exceptions import ApiException
 
+    from gpuctrl.runtime import ApiError
     from gpuctrl.validator._template import TemplateError
     from gpuctrl.validator._verdict import Passed
     from gpuctrl.validator._workload import WorkloadCheck, run_workload_check
@@ -194,19 +194,15 @@ async def _run_workload(args: argparse.Namespace) -> tuple[bool, str]:
         result = await run_workload_check(api, check)
     except TemplateError as error:
         raise InvalidInput(f"{error} (no pod created)") from error
-    except ApiException as error:
-        return False, f"the API refused: {error.status} {error.reason}: {_body(error.body)}"
-    except aiohttp.ClientError as error:
+    except ApiError as error:
+        return False, f"the API refused: {error}"
+    except (aiohttp.ClientError, TimeoutError) as error:
         return False, f"cannot reach the API: {error!r}"
     finally:
         await api.close()
     if isinstance(result, Passed):
         return True, f"{args.check} workload pod passed on node {args.node}"
     return False, f"{result.reason}: {result.message}"
-
-
-def _body(body: str | bytes | None) -> str:
-    return body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
 
 
 def _load_overrides(path: Path | None, text: str | None) -> ValidatorWorkloads:
@@ -240,16 +236,17 @@ def _own_pod(environ: Mapping[str, str]) -> PodOwner | None:
 
 
 async def _api_client(kubeconfig: Path | None) -> ApiClient:
-    from kubernetes_asyncio import client, config
+    """`new_api_client` for ``kubeconfig`` (None: in-cluster in a pod, else the default
+    kubeconfig); a config it cannot load is `InvalidInput`."""
+    from kubernetes_asyncio.config import ConfigException
 
-    if kubeconfig is not None:
-        try:
-            return await config.new_client_from_config(config_file=str(kubeconfig))
-        except (OSError, config.ConfigException) as error:
-            raise InvalidInput(f"kubeconfig {kubeconfig}: {error}") from error
-    configuration = client.Configuration()
+    from gpuctrl.runtime import new_api_client
+
     try:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except config.ConfigException as error:
-        raise InvalidInput(f"not in a pod ({error}); pass --kubeconfig") from error
-    return client.ApiClient(configuration)
+        return await new_api_client(kubeconfig)
+    except (OSError, ConfigException) as error:
+        if kubeconfig is not None:
+            raise InvalidInput(f"kubeconfig {kubeconfig}: {error}") from error
+        raise InvalidInput(
+            f"no in-cluster config nor kubeconfig ({error}); pass --kubeconfig"
+        ) from error

@@ -39,9 +39,10 @@ SIDECAR = "istio-proxy"
 RUNTIME_CLASSES = ("nvidia", "nvidia-legacy")
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def runtime_classes(control_plane: ControlPlane) -> AsyncIterator[tuple[str, ...]]:
-    """The RuntimeClasses the operator would create, for the whole session."""
+    """The RuntimeClasses the operator would create, for one test module: they are
+    cluster-scoped, and other tests (render -> create) create ones of the same names."""
     async with await new_api_client(control_plane.kubeconfig) as api:
         node = client.NodeV1Api(api)
         for name in RUNTIME_CLASSES:
