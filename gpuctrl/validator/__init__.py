@@ -11,10 +11,8 @@ The names that need the Kubernetes client (`RetryPolicy`, `WorkloadCheck`,
 toolkit checks never load it.
 """
 
-from __future__ import annotations
-
 import importlib
-from typing import TYPE_CHECKING, Any
+import typing
 
 from gpuctrl.validator._pod import (
     PodOwner,
@@ -40,7 +38,7 @@ from gpuctrl.validator._verdict import (
     verdict,
 )
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from gpuctrl.validator._workload import (
         RetryPolicy,
         WorkloadCheck,
@@ -81,7 +79,7 @@ __all__ = [
 _LAZY = frozenset({"RetryPolicy", "WorkloadCheck", "build_workload_pod", "run_workload_check"})
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         return getattr(importlib.import_module("gpuctrl.validator._workload"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,12 +19,6 @@ from api.v1alpha1 import (
 )
 
 
-def test_public_names_are_sorted_and_exist() -> None:
-    assert v1alpha1.__all__ == sorted(v1alpha1.__all__)
-    for name in v1alpha1.__all__:
-        assert hasattr(v1alpha1, name), name
-
-
 def test_empty_spec_is_valid_and_fully_defaulted() -> None:
     policy = ClusterPolicy.model_validate(
         {"apiVersion": "gpuctrl.io/v1alpha1", "kind": "ClusterPolicy"}

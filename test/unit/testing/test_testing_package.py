@@ -7,19 +7,8 @@ import ssl
 import pytest
 from cryptography import x509
 
-import gpuctrl.testing
 from gpuctrl.testing import ControlPlane, ControlPlaneError
 from gpuctrl.testing._pki import write_pki
-
-
-def test_all_is_sorted_and_complete():
-    assert gpuctrl.testing.__all__ == sorted(gpuctrl.testing.__all__)
-    for name in gpuctrl.testing.__all__:
-        assert getattr(gpuctrl.testing, name) is not None
-    # (pytest's assertion rewriting adds names starting with "@" to plugin packages.)
-    names = {n for n in vars(gpuctrl.testing) if n.isidentifier() and not n.startswith("_")}
-    public = names - {"pytest_plugin"}
-    assert public == set(gpuctrl.testing.__all__)
 
 
 async def test_missing_binaries_name_the_folder_and_the_script(tmp_path):

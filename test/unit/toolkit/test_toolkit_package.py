@@ -8,24 +8,10 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-import gpuctrl.toolkit
 from gpuctrl.toolkit._restart import peer_pid, restart
-
-
-def test_all_is_sorted_and_complete() -> None:
-    names = gpuctrl.toolkit.__all__
-    assert names == sorted(names)
-    assert all(hasattr(gpuctrl.toolkit, name) for name in names)
-    public = {
-        name
-        for name, value in vars(gpuctrl.toolkit).items()
-        if name.isidentifier() and not name.startswith("_") and not isinstance(value, ModuleType)
-    }
-    assert public == set(names)
 
 
 @pytest.mark.parametrize(
