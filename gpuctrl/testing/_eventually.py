@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -12,17 +13,21 @@ T = TypeVar("T")
 
 
 async def eventually(
-    check: Callable[[], Awaitable[T]], *, within: float = 30.0, interval: float = 0.1
+    check: Callable[[], Awaitable[T] | T], *, within: float = 30.0, interval: float = 0.1
 ) -> T:
-    """Await `check()` until it returns without raising AssertionError, and return its result.
+    """Call `check()` (awaiting it if it returns an awaitable) until it passes; return its result.
 
-    After `within` seconds the last AssertionError is raised (other exceptions at once).
+    It passes when it neither raises AssertionError nor returns ``False``. After `within`
+    seconds the last AssertionError is raised (other exceptions at once).
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while True:
         try:
-            return await check()
+            outcome = check()
+            result: T = await outcome if inspect.isawaitable(outcome) else outcome
+            assert result is not False, f"{check} was not true within {within} s"
+            return result
         except AssertionError:
             if loop.time() >= deadline:
                 raise

@@ -3,10 +3,10 @@
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
-from runtime_helpers import CRDS, WIDGET_CRD, WIDGETS, eventually, widgets_served
+from runtime_helpers import CRDS, WIDGET_CRD, WIDGETS, widgets_served
 
 from gpuctrl.runtime import Client, Resource, new_api_client
-from gpuctrl.testing import ControlPlane
+from gpuctrl.testing import ControlPlane, eventually
 
 
 @pytest_asyncio.fixture(loop_scope="session")

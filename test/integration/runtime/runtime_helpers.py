@@ -3,12 +3,12 @@
 A module of its own (not conftest.py) so that test modules can import it by a unique name."""
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from gpuctrl.runtime import ApiError, Client, Manager, NotFound, Resource
+from gpuctrl.testing import eventually
 
 CONFIGMAPS = Resource("v1", "ConfigMap", "configmaps")
 CRDS = Resource(
@@ -55,19 +55,6 @@ def configmap(
     if labels:
         meta["labels"] = labels
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
-
-
-async def eventually(check: Callable[[], Awaitable[bool] | bool], within: float = 20.0) -> float:
-    """Poll ``check`` until it is true; return the seconds it took (fails after ``within`` s)."""
-    started = time.monotonic()
-    while True:
-        outcome = check()
-        if not isinstance(outcome, bool):
-            outcome = await outcome
-        if outcome:
-            return time.monotonic() - started
-        assert time.monotonic() - started < within, f"not true within {within} s: {check}"
-        await asyncio.sleep(0.05)
 
 
 @asynccontextmanager

@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from runtime_helpers import CONFIGMAPS, configmap, eventually, get_or_none, running
+from runtime_helpers import CONFIGMAPS, configmap, get_or_none, running
 
 from gpuctrl.runtime import (
     Client,
@@ -18,7 +18,7 @@ from gpuctrl.runtime import (
     Result,
     set_controller_reference,
 )
-from gpuctrl.testing import ControlPlane
+from gpuctrl.testing import ControlPlane, eventually
 
 pytestmark = pytest.mark.controlplane
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from runtime_helpers import CONFIGMAPS, configmap, eventually
+from runtime_helpers import CONFIGMAPS, configmap
 
 from gpuctrl.runtime import (
     LEASES,
@@ -19,7 +19,7 @@ from gpuctrl.runtime import (
     Manager,
     Request,
 )
-from gpuctrl.testing import ControlPlane
+from gpuctrl.testing import ControlPlane, eventually
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 

@@ -5,10 +5,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import CONFIGMAPS, configmap, eventually, get_or_none, running
+from runtime_helpers import CONFIGMAPS, configmap, get_or_none, running
 
 from gpuctrl.runtime import Client, Manager
-from gpuctrl.testing import ControlPlane
+from gpuctrl.testing import ControlPlane, eventually
 
 pytestmark = pytest.mark.controlplane
 

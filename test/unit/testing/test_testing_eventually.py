@@ -36,3 +36,23 @@ async def test_other_errors_are_not_retried():
     with pytest.raises(KeyError):
         await eventually(check)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_a_check_returning_false_is_polled_until_true(is_async: bool):
+    calls = []
+
+    def sync_check() -> bool:
+        calls.append(None)
+        return len(calls) >= 3
+
+    async def async_check() -> bool:
+        return sync_check()
+
+    assert await eventually(async_check if is_async else sync_check, interval=0) is True
+    assert len(calls) == 3
+
+
+async def test_a_check_that_stays_false_fails_naming_the_deadline():
+    with pytest.raises(AssertionError, match=r"not true within 0\.05 s"):
+        await eventually(lambda: False, within=0.05, interval=0.01)
