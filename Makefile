@@ -11,6 +11,7 @@ TEST_DEBIAN_PACKAGES := containerd
 .PHONY: run test lint unit integration e2e bench manifests envtest test-deps clean
 
 $(STAMP): pyproject.toml
+	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || bash hack/install-debian-packages.sh python3 python3-venv
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
@@ -46,7 +47,9 @@ bench: $(STAMP) test-deps
 manifests: $(STAMP)
 	$(BIN)/python -m api.crdgen config/crd
 
-run: $(STAMP) envtest
+# With KUBECONFIG set, run against that cluster: no local control plane to build.
+run: $(STAMP)
+	[ -n "$$KUBECONFIG" ] || bash hack/envtest-assets.sh
 	$(BIN)/python hack/run.py
 
 clean:

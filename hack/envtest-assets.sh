@@ -48,7 +48,8 @@ if $kube_built; then
 fi
 
 say "build tools (golang-go, rsync, jq, reflect2 sources, dpkg-dev)"
-install_packages golang-go rsync jq golang-github-modern-go-reflect2-dev dpkg-dev ca-certificates
+install_packages golang-go rsync jq golang-github-modern-go-reflect2-dev dpkg-dev ca-certificates \
+  debian-archive-keyring
 
 tree="$WORK/kubernetes"
 built="$tree/_output/local/bin/linux/$(go env GOARCH)"
