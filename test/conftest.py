@@ -1,10 +1,15 @@
-"""Project-wide test policy: a run in which no test passed is a failed run.
+"""Project-wide test policy (a run in which no test passed is a failed run) and shared fixtures.
 
 pytest already exits 5 when it collects nothing; this also fails a run whose every test was
 skipped, so CI can never go green without executing a test.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,3 +31,21 @@ class RequireAPass:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(RequireAPass(), "require-a-pass")
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.fixture
+def readme_example() -> Callable[[str], dict[str, Any]]:
+    """Execute the first Python block under a README heading; return the block's globals."""
+
+    def run(heading: str) -> dict[str, Any]:
+        section = README.read_text().split(heading, 1)[1]
+        match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+        assert match, f"no python block under {heading!r} in README.md"
+        namespace: dict[str, Any] = {"__name__": "readme_example"}
+        exec(compile(match.group(1), str(README), "exec"), namespace)
+        return namespace
+
+    return run
