@@ -71,7 +71,7 @@ def build_controller(
     )
     primary = cache.informer(for_, namespace=namespace, label_selector=label_selector)
     controller.watch(primary, request_for_object, predicates)
-    to_owner = requests_for_owner(for_.api_version, for_.kind)
+    to_owner = requests_for_owner(for_.api_version, for_.kind, namespaced=for_.namespaced)
     for owned in owns:
         controller.watch(
             cache.informer(owned, namespace=namespace), to_owner, (resource_version_changed,)

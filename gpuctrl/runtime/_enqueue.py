@@ -31,9 +31,13 @@ def request_for_object(obj: Mapping[str, Any]) -> Iterable[Request]:
     return (Request(meta.get("namespace") or "", meta["name"]),)
 
 
-def requests_for_owner(api_version: str, kind: str) -> Mapper:
+def requests_for_owner(api_version: str, kind: str, *, namespaced: bool = True) -> Mapper:
     """A mapper to the object's controller owner (``controller: true``) when that owner has
-    ``kind`` in the API group of ``api_version`` (any version of the group matches)."""
+    ``kind`` in the API group of ``api_version`` (any version of the group matches).
+
+    ``namespaced`` is the owner kind's scope: a namespaced owner shares the object's namespace,
+    a cluster-scoped owner's request has none (so one owner always has one key).
+    """
     group = api_version.rpartition("/")[0]
 
     def owner_of(obj: Mapping[str, Any]) -> Iterable[Request]:
@@ -44,7 +48,8 @@ def requests_for_owner(api_version: str, kind: str) -> Mapper:
                 and ref["kind"] == kind
                 and ref["apiVersion"].rpartition("/")[0] == group
             ):
-                return (Request(meta.get("namespace") or "", ref["name"]),)
+                namespace = (meta.get("namespace") or "") if namespaced else ""
+                return (Request(namespace, ref["name"]),)
         return ()
 
     return owner_of

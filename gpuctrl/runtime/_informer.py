@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from prometheus_client import Counter
 
 from ._client import Client, Resource
+from ._clock import Clock, SystemClock
 from ._metrics import METRICS_REGISTRY
 from ._objects import freeze, object_key
 from ._reflector import Reflector
@@ -64,7 +65,8 @@ class Informer:
 
     Start it with `start`; `wait_for_sync` returns once the first list is in the store.
     ``resync_period`` (seconds, jittered up to +10 %) re-delivers every cached object as an
-    update with ``old is new``; None (the default) never resyncs.
+    update with ``old is new``; None (the default) never resyncs. Resyncs and the reflector's
+    backoff pauses wait on ``clock`` (`SystemClock` unless given).
     """
 
     def __init__(
@@ -77,8 +79,10 @@ class Informer:
         field_selector: str | None = None,
         transform: Transform = drop_managed_fields,
         resync_period: float | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.resource = resource
+        self._clock: Clock = clock if clock is not None else SystemClock()
         self.store = Store()
         self._transform = transform
         self._resync_period = resync_period
@@ -91,6 +95,7 @@ class Informer:
             namespace=namespace,
             label_selector=label_selector,
             field_selector=field_selector,
+            clock=self._clock,
         )
         self._lists = _LISTS.labels(resource=f"{resource.plural}.{resource.api_version}")
 
@@ -98,11 +103,6 @@ class Informer:
     def has_synced(self) -> bool:
         """Whether the first list has been stored."""
         return self._synced.is_set()
-
-    @property
-    def resource_version(self) -> str:
-        """The resourceVersion the store is up to date with."""
-        return self._reflector.resource_version
 
     async def wait_for_sync(self) -> None:
         """Return once the first list is in the store."""
@@ -182,7 +182,7 @@ class Informer:
             return
         await self._synced.wait()
         while True:
-            await asyncio.sleep(self._resync_period * (1 + random.random() / 10))
+            await self._clock.sleep(self._resync_period * (1 + random.random() / 10))
             for obj in self.store.list():
                 frozen = freeze(obj)
                 self._dispatch("on_update", frozen, frozen)

@@ -16,7 +16,6 @@ holds, so a relist delivers the deletions that happened while the watch was down
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import random
@@ -28,6 +27,7 @@ import aiohttp
 
 from ._backoff import Backoff
 from ._client import Client, Resource
+from ._clock import Clock, SystemClock
 from ._errors import ApiError, Gone
 from ._listjson import read_list
 
@@ -50,7 +50,8 @@ class ReflectorSink(Protocol):
 
 class Reflector:
     """Keeps a `ReflectorSink` in step with one resource (optionally one namespace and
-    selectors) until cancelled."""
+    selectors) until cancelled; backoff pauses are waited on ``clock`` (`SystemClock` unless
+    given)."""
 
     def __init__(
         self,
@@ -61,8 +62,10 @@ class Reflector:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._client = client
+        self._clock: Clock = clock if clock is not None else SystemClock()
         self._resource = resource
         self._sink = sink
         self._path = resource.path(namespace)
@@ -155,7 +158,7 @@ class Reflector:
     async def _pause(self, what: str, error: BaseException, backoff: Backoff) -> None:
         delay = backoff.next_delay()
         log.warning("%s %s failed (%r); retrying in %.1f s", what, self._path, error, delay)
-        await asyncio.sleep(delay)
+        await self._clock.sleep(delay)
 
 
 def _with_type(items: Iterable[dict[str, Any]], resource: Resource) -> Iterator[dict[str, Any]]:

@@ -3,10 +3,10 @@
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
-from runtime_helpers import CRDS, WIDGET_CRD, WIDGETS, widgets_served
+from runtime_helpers import GIZMOS, WIDGETS, install_crd
 
 from gpuctrl.runtime import Client, Resource, new_api_client
-from gpuctrl.testing import ControlPlane, eventually
+from gpuctrl.testing import ControlPlane
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -18,16 +18,13 @@ async def client(control_plane: ControlPlane) -> AsyncIterator[Client]:
 
 @pytest_asyncio.fixture(loop_scope="session", scope="session")
 async def widget_crd(control_plane: ControlPlane) -> Resource:
-    """The Widget custom resource (with a status subresource), installed once."""
+    """The namespaced Widget custom resource (with a status subresource), installed once."""
     async with await new_api_client(control_plane.kubeconfig) as api:
-        admin = Client(api)
-        await admin.apply(CRDS, WIDGET_CRD, field_manager="test", force=True)
+        return await install_crd(Client(api), WIDGETS)
 
-        async def established() -> bool:
-            crd = await admin.get(CRDS, "widgets.test.gpuctrl.dev")
-            conditions = (crd.get("status") or {}).get("conditions") or []
-            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-        await eventually(established, within=60)
-        await eventually(lambda: widgets_served(admin), within=60)
-    return WIDGETS
+@pytest_asyncio.fixture(loop_scope="session", scope="session")
+async def gizmo_crd(control_plane: ControlPlane) -> Resource:
+    """The cluster-scoped Gizmo custom resource, installed once."""
+    async with await new_api_client(control_plane.kubeconfig) as api:
+        return await install_crd(Client(api), GIZMOS)

@@ -15,36 +15,38 @@ CRDS = Resource(
     "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False
 )
 WIDGETS = Resource("test.gpuctrl.dev/v1", "Widget", "widgets")
+GIZMOS = Resource("test.gpuctrl.dev/v1", "Gizmo", "gizmos", namespaced=False)
 
-WIDGET_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "widgets.test.gpuctrl.dev"},
-    "spec": {
-        "group": "test.gpuctrl.dev",
-        "names": {
-            "kind": "Widget",
-            "plural": "widgets",
-            "singular": "widget",
-            "listKind": "WidgetList",
+
+def crd_manifest(resource: Resource) -> dict[str, Any]:
+    """A CustomResourceDefinition serving ``resource`` (schemaless, with a status subresource)."""
+    group, _, version = resource.api_version.partition("/")
+    kind = resource.kind
+    names = {"kind": kind, "plural": resource.plural, "singular": kind.lower()}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{resource.plural}.{group}"},
+        "spec": {
+            "group": group,
+            "names": {**names, "listKind": f"{kind}List"},
+            "scope": "Namespaced" if resource.namespaced else "Cluster",
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
         },
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
+    }
 
 
 def configmap(
@@ -80,9 +82,23 @@ async def get_or_none(client: Client, resource: Resource, name: str, namespace: 
         return None
 
 
-async def widgets_served(admin: Client) -> bool:
-    try:
-        await admin.list(WIDGETS, "default")
-    except ApiError:  # 404 until the API is registered, or 503 while it is being served
-        return False
-    return True
+async def install_crd(admin: Client, resource: Resource) -> Resource:
+    """Install the CRD serving ``resource`` and wait until its API answers; return it."""
+    manifest = crd_manifest(resource)
+    await admin.apply(CRDS, manifest, field_manager="test", force=True)
+
+    async def established() -> bool:
+        crd = await admin.get(CRDS, manifest["metadata"]["name"])
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    async def served() -> bool:
+        try:
+            await admin.list(resource, "default" if resource.namespaced else None)
+        except ApiError:  # 404 until the API is registered, or 503 while it is being served
+            return False
+        return True
+
+    await eventually(established, within=60)
+    await eventually(served, within=60)
+    return resource

@@ -16,11 +16,14 @@ from gpuctrl.runtime import (
     Request,
     Resource,
     Result,
+    Watch,
     set_controller_reference,
 )
 from gpuctrl.testing import ControlPlane, eventually
 
 pytestmark = pytest.mark.controlplane
+
+NAMESPACES = Resource("v1", "Namespace", "namespaces", namespaced=False)
 
 
 async def new_manager(control_plane: ControlPlane) -> Manager:
@@ -82,6 +85,69 @@ async def test_controller_converges_before_and_after_start_and_restores_owned(
         copy = await client.get(CONFIGMAPS, "before-0-copy", namespace)
         assert copy["data"] == {"value": "new"}
         assert copy["metadata"]["ownerReferences"][0]["name"] == "before-0"
+
+
+async def test_a_cluster_scoped_owner_has_one_key_for_objects_in_any_namespace(
+    control_plane: ControlPlane, client: Client, namespace: str, gizmo_crd: Resource
+) -> None:
+    name = namespace  # unique in the cluster, as a Gizmo (cluster-scoped) needs
+    seen: list[Request] = []
+
+    async def reconcile(request: Request) -> None:
+        if request.name == name:
+            seen.append(request)
+
+    gizmo = {"apiVersion": gizmo_crd.api_version, "kind": "Gizmo", "metadata": {"name": name}}
+    gizmo = await client.create(gizmo_crd, gizmo)
+    other = f"{namespace}-b"
+    await client.create(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}}
+    )
+    try:
+        manager = await new_manager(control_plane)
+        manager.add_controller("gizmos", reconcile, for_=gizmo_crd, owns=[CONFIGMAPS])
+        async with running(manager):
+            await eventually(lambda: len(seen) == 1)
+            for calls, ns in enumerate((namespace, other), start=2):
+                part = set_controller_reference(gizmo, configmap("part", ns))
+                await client.create(CONFIGMAPS, part)
+                await eventually(lambda calls=calls: len(seen) >= calls)
+    finally:
+        await client.delete(gizmo_crd, name)
+        await client.delete(NAMESPACES, other)
+    assert set(seen) == {Request("", name)}
+
+
+async def test_a_mapped_watch_enqueues_what_the_mapper_returns(
+    control_plane: ControlPlane, client: Client, namespace: str, widget_crd: Resource
+) -> None:
+    seen: list[str] = []
+
+    async def reconcile(request: Request) -> None:
+        seen.append(request.name)
+
+    def widget_of(obj: Mapping[str, Any]) -> list[Request]:
+        """A ConfigMap labelled ``widget=<name>`` configures that Widget."""
+        target = obj["metadata"].get("labels", {}).get("widget")
+        return [Request(obj["metadata"]["namespace"], target)] if target else []
+
+    widget = {"apiVersion": widget_crd.api_version, "kind": "Widget"}
+    await client.create(widget_crd, widget | {"metadata": {"name": "w", "namespace": namespace}})
+    manager = await new_manager(control_plane)
+    settings = Watch(CONFIGMAPS, widget_of)
+    manager.add_controller(
+        "configured", reconcile, for_=widget_crd, watches=[settings], namespace=namespace
+    )
+    async with running(manager):
+        await eventually(lambda: seen == ["w"])
+        await client.create(CONFIGMAPS, configmap("settings", namespace, {"widget": "w"}))
+        await eventually(lambda: seen == ["w", "w"])
+        await client.merge_patch(
+            CONFIGMAPS, "settings", {"metadata": {"labels": {"widget": "v"}}}, namespace
+        )
+        await eventually(lambda: sorted(seen[2:]) == ["v", "w"])  # the former and the new target
+        await asyncio.sleep(0.3)
+        assert len(seen) == 4
 
 
 async def test_raising_reconciler_is_retried_with_growing_delays(
@@ -224,3 +290,28 @@ async def test_manager_serves_probes_and_metrics(
             'workqueue_adds_total{controller="probed",name="probed"}',
         ):
             assert name in text
+
+
+async def test_readyz_is_503_until_the_caches_sync(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    async def noop(request: Request) -> None:
+        return None
+
+    unserved = Resource("test.gpuctrl.dev/v1", "Nothing", "nothings")  # lists fail: never syncs
+    manager = await new_manager(control_plane)
+    manager.add_controller("unsynced", noop, for_=unserved, namespace=namespace)
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.start(stop))
+    try:
+        await eventually(lambda: manager.http_port is not None)
+        async with aiohttp.ClientSession() as http:
+            base = f"http://127.0.0.1:{manager.http_port}"
+            async with http.get(base + "/healthz") as response:
+                assert response.status == 200
+            async with http.get(base + "/readyz") as response:
+                assert response.status == 503
+                assert await response.text() == "caches not synced"
+    finally:
+        stop.set()
+        await task

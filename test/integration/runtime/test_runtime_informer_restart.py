@@ -47,6 +47,11 @@ async def own_plane() -> AsyncIterator[ControlPlane]:
         yield plane
 
 
+def versions(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """Each object's name -> resourceVersion."""
+    return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in objects}
+
+
 def lists_total() -> float:
     labels = {"resource": "configmaps.v1"}
     return METRICS_REGISTRY.get_sample_value("gpuctrl_informer_lists_total", labels) or 0.0
@@ -95,12 +100,13 @@ async def test_apiserver_restart_relists_without_loss_or_duplicates(
 
             await eventually(converged, within=60)
             assert lists_total() > lists_before, "the 410 after the restart did not relist"
-            server = {o["metadata"]["name"]: o for o in await admin.list(CONFIGMAPS, NS)}
-            cached = {o["metadata"]["name"]: o for o in manager.cache.list(CONFIGMAPS, NS)}
-            await eventually(lambda: cached.keys() == server.keys())
-            for name, obj in server.items():
-                rv = obj["metadata"]["resourceVersion"]
-                assert cached[name]["metadata"]["resourceVersion"] == rv
+
+            async def cache_matches_server() -> None:
+                """Both read afresh on every poll: name -> resourceVersion."""
+                server = versions(await admin.list(CONFIGMAPS, NS))
+                assert versions(manager.cache.list(CONFIGMAPS, NS)) == server
+
+            await eventually(cache_matches_server)
 
         changes = [e for e in recorder.events if e[1] in ("change", "remove", "new")]
         assert len(changes) == len(set(changes)), f"an event was delivered twice: {changes}"

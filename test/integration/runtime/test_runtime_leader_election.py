@@ -39,8 +39,8 @@ class Candidate:
         async for line in self.process.stdout:
             self.lines.append(line.decode().strip())
 
-    async def printed(self, word: str, within: float) -> float:
-        return await eventually(lambda: word in self.lines, within=within)
+    async def printed(self, word: str, within: float) -> None:
+        await eventually(lambda: word in self.lines, within=within)
 
     async def finish(self) -> tuple[int, str]:
         """Wait for the exit; return the exit status and stderr."""
@@ -49,6 +49,15 @@ class Candidate:
         status = await self.process.wait()
         await self._reader
         return status, stderr.decode()
+
+    async def stopped_cleanly(self) -> None:
+        """Assert that the process exited 0 after a clean shutdown that released the lease."""
+        status, stderr = await self.finish()
+        assert status == 0, stderr
+        assert self.lines[-1] == "STOPPED"
+        assert "released lease" in stderr
+        for bad in ("Unclosed", "Traceback", "ResourceWarning"):
+            assert bad not in stderr
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -123,15 +132,9 @@ async def test_one_leader_then_takeover_after_kill_and_after_clean_shutdown(
     stopped = time.monotonic()
     await c.printed("LEADING", within=10)
     assert time.monotonic() - stopped <= 5
-    status, stderr = await b.finish()
-    assert status == 0, stderr
-    assert b.lines[-1] == "STOPPED"
-    assert "released lease" in stderr
-    for bad in ("Unclosed", "Traceback", "ResourceWarning"):
-        assert bad not in stderr
-    c.process.send_signal(signal.SIGTERM)
-    status, stderr = await c.finish()
-    assert status == 0, stderr
+    await b.stopped_cleanly()
+    c.process.send_signal(signal.SIGINT)  # Ctrl-C shuts down just as cleanly
+    await c.stopped_cleanly()
 
 
 async def test_losing_the_lease_stops_controllers_at_once(

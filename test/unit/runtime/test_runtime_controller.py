@@ -1,12 +1,22 @@
 """The reconcile contract, applied by the controller's workers (virtual time, no cluster)."""
 
 import asyncio
+import io
 import itertools
+import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from gpuctrl.runtime import METRICS_REGISTRY, Controller, Request, Result, TerminalError
+from gpuctrl.runtime import (
+    METRICS_REGISTRY,
+    Controller,
+    Request,
+    Result,
+    TerminalError,
+    configure_logging,
+)
 from gpuctrl.testing import FakeClock
 
 A, B = Request("ns", "a"), Request("ns", "b")
@@ -172,6 +182,54 @@ async def test_stop_drains_in_flight_and_takes_no_new_work(start: Callable[..., 
     await asyncio.wait_for(running.task, 5)
     assert started == [A]
     assert finished == [A]
+
+
+async def test_drain_is_bounded_a_hung_reconcile_is_cancelled(
+    start: Callable[..., Running], caplog: pytest.LogCaptureFixture
+) -> None:
+    cancelled = asyncio.Event()
+
+    async def hangs(request: Request) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    running = start(hangs, drain_timeout=0.05)
+    running.controller.queue.add(A)
+    await running.clock.step()
+    running.stop.set()
+    await asyncio.wait_for(running.task, 5)  # start returns although the reconcile never does
+    assert cancelled.is_set()
+    assert "cancelling 1 reconciles still running" in caplog.text
+
+
+async def test_reconciler_logs_carry_controller_and_key() -> None:
+    stream = io.StringIO()
+    handler = configure_logging(json_lines=True, stream=stream)
+    level = logging.getLogger().level
+    logged = asyncio.Event()
+
+    async def reconcile(request: Request) -> None:
+        logging.getLogger("test.reconciler").info("reconciling")
+        logged.set()
+
+    controller = Controller("logging", reconcile)
+    stop = asyncio.Event()
+    task = asyncio.create_task(controller.start(stop))
+    try:
+        controller.queue.add(A)
+        await asyncio.wait_for(logged.wait(), 5)
+    finally:
+        stop.set()
+        await task
+        logging.getLogger().removeHandler(handler)
+        logging.getLogger().setLevel(level)
+    [line] = [json.loads(line) for line in stream.getvalue().splitlines() if "reconciling" in line]
+    assert line["controller"] == "logging"
+    assert line["key"] == "ns/a"
+    assert line["logger"] == "test.reconciler"
 
 
 async def test_cancel_stops_in_flight_reconciles_at_once(start: Callable[..., Running]) -> None:

@@ -46,19 +46,30 @@ def test_set_controller_reference_refuses(obj: dict[str, Any], message: str) -> 
 
 
 @pytest.mark.parametrize(
-    ("refs", "requests"),
+    ("refs", "namespaced", "requests"),
     [
-        ([ref(controller=True)], [Request("ns", "w")]),
-        ([ref(api_version="example.com/v2", controller=True)], [Request("ns", "w")]),
-        ([ref()], []),
-        ([ref(kind="Gadget", controller=True)], []),
-        ([ref(api_version="other.io/v1", controller=True)], []),
-        ([], []),
+        ([ref(controller=True)], True, [Request("ns", "w")]),
+        ([ref(controller=True)], False, [Request("", "w")]),
+        ([ref(api_version="example.com/v2", controller=True)], True, [Request("ns", "w")]),
+        ([ref()], True, []),
+        ([ref(kind="Gadget", controller=True)], True, []),
+        ([ref(api_version="other.io/v1", controller=True)], True, []),
+        ([], True, []),
     ],
-    ids=["controller", "other-version", "not-controller", "other-kind", "other-group", "none"],
+    ids=[
+        "controller",
+        "cluster-scoped-owner",
+        "other-version",
+        "not-controller",
+        "other-kind",
+        "other-group",
+        "none",
+    ],
 )
-def test_requests_for_owner(refs: list[dict[str, Any]], requests: list[Request]) -> None:
-    mapper = requests_for_owner("example.com/v1", "Widget")
+def test_requests_for_owner(
+    refs: list[dict[str, Any]], namespaced: bool, requests: list[Request]
+) -> None:
+    mapper = requests_for_owner("example.com/v1", "Widget", namespaced=namespaced)
     assert list(mapper(freeze(child(*refs)))) == requests
 
 

@@ -1,0 +1,155 @@
+"""The reflector's requests and recovery, against a scripted `gpuctrl.runtime.Client` (a part
+gpuctrl owns): the watch query and its client-side timeout, connection errors answered by a
+growing backoff on the injected clock and a re-watch without a relist, 410 Gone by a relist.
+The same paths run against a real API server in test/integration/runtime."""
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import pytest
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from gpuctrl.runtime import Client, Gone, Resource
+from gpuctrl.runtime._reflector import Reflector
+from gpuctrl.testing import FakeClock
+
+CONFIGMAPS = Resource("v1", "ConfigMap", "configmaps")
+
+Step = dict[str, Any] | BaseException
+"""One step of a scripted watch: an event to yield, or an error to raise."""
+
+
+def cm(name: str, rv: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}
+
+
+class ScriptedClient(Client):
+    """Lists answer one ConfigMap at resourceVersion 10; each watch plays the next script
+    (then ends), and once the scripts are used up a watch stays open without events."""
+
+    def __init__(self, api: ApiClient, watches: Iterable[list[Step]]) -> None:
+        super().__init__(api)
+        self.lists: list[dict[str, Any]] = []
+        self.watches: list[tuple[dict[str, Any], aiohttp.ClientTimeout]] = []
+        self._scripts = list(watches)
+
+    async def read(self, path: str, query: Mapping[str, str | int | bool]) -> bytes:
+        self.lists.append(dict(query))
+        listing = {"metadata": {"resourceVersion": "10"}, "items": [cm("a", "10")]}
+        return json.dumps(listing).encode()
+
+    async def watch(
+        self, path: str, query: Mapping[str, str | int | bool], limits: aiohttp.ClientTimeout
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        self.watches.append((dict(query), limits))
+        if not self._scripts:
+            await asyncio.Event().wait()  # an open watch with nothing to say
+        for step in self._scripts.pop(0):
+            if isinstance(step, BaseException):
+                raise step
+            yield step
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def replace(self, items: Iterable[dict[str, Any]]) -> None:
+        self.seen += [("list", item["metadata"]["resourceVersion"]) for item in items]
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        self.seen.append((event_type, obj["metadata"]["resourceVersion"]))
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[ApiClient]:
+    async with ApiClient(Configuration()) as api:
+        yield api
+
+
+@asynccontextmanager
+async def reflecting(client: ScriptedClient, clock: FakeClock, sink: Sink) -> AsyncIterator[None]:
+    """Run a reflector on ``client`` (stepped until it waits) until the block ends."""
+    task = asyncio.create_task(Reflector(client, CONFIGMAPS, sink, clock=clock).run())
+    try:
+        await clock.step()
+        yield
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_watch_asks_for_bookmarks_and_a_bounded_timeout(
+    api: ApiClient, clock: FakeClock
+) -> None:
+    client = ScriptedClient(api, [])
+    async with reflecting(client, clock, Sink()):
+        assert client.lists == [{"resourceVersion": "0"}]
+        [(query, limits)] = client.watches
+        assert query["allowWatchBookmarks"] is True
+        assert query["resourceVersion"] == "10"
+        assert 300 <= query["timeoutSeconds"] <= 600
+        assert limits.total is not None
+        assert query["timeoutSeconds"] < limits.total <= query["timeoutSeconds"] + 60
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        aiohttp.ClientConnectionError("connection reset"),
+        aiohttp.ServerDisconnectedError(),
+        TimeoutError(),
+        ConnectionRefusedError(111, "refused"),
+    ],
+    ids=["client-connection", "server-disconnected", "timeout", "refused"],
+)
+async def test_connection_errors_back_off_and_rewatch_without_a_relist(
+    api: ApiClient, clock: FakeClock, error: BaseException
+) -> None:
+    scripts: list[list[Step]] = [
+        [{"type": "MODIFIED", "object": cm("a", "11")}, error],
+        [error],
+        [error],
+        [{"type": "BOOKMARK", "object": cm("", "12")}],  # ends normally: backoff reset
+        [error],
+    ]
+    sink = Sink()
+    client = ScriptedClient(api, scripts)
+    async with reflecting(client, clock, sink):
+        pauses: list[float] = []
+        while (deadline := clock.next_deadline) is not None:
+            pauses.append(deadline - clock.now())
+            await clock.step(pauses[-1])
+        assert len(client.lists) == 1
+        assert [q["resourceVersion"] for q, _ in client.watches] == [
+            "10",
+            "11",
+            "11",
+            "11",
+            "12",
+            "12",
+        ]
+        assert sink.seen == [("list", "10"), ("MODIFIED", "11")]
+    initial = [0.8, 1.6, 3.2, 0.8]  # doubling, jittered into [75 %, 100 %]; reset by the bookmark
+    assert len(pauses) == len(initial)
+    assert all(0.75 * d <= p <= d for p, d in zip(pauses, initial, strict=True)), pauses
+
+
+async def test_gone_relists_from_the_last_resource_version(
+    api: ApiClient, clock: FakeClock
+) -> None:
+    scripts: list[list[Step]] = [
+        [
+            {"type": "MODIFIED", "object": cm("a", "11")},
+            Gone(410, "Expired", "too old resource version"),
+        ]
+    ]
+    client = ScriptedClient(api, scripts)
+    async with reflecting(client, clock, Sink()):
+        assert client.lists == [{"resourceVersion": "0"}, {"resourceVersion": "11"}]
+        assert clock.next_deadline is None  # no pause before a relist
