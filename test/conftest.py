@@ -38,13 +38,16 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 @pytest.fixture
 def readme_example() -> Callable[[str], dict[str, Any]]:
-    """Execute the first Python block under a README heading; return the block's globals."""
+    """Execute the first Python block under a README heading; return the block's globals.
+
+    The block's source text is in the returned globals under ``__source__``.
+    """
 
     def run(heading: str) -> dict[str, Any]:
         section = README.read_text().split(heading, 1)[1]
         match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
         assert match, f"no python block under {heading!r} in README.md"
-        namespace: dict[str, Any] = {"__name__": "readme_example"}
+        namespace: dict[str, Any] = {"__name__": "readme_example", "__source__": match.group(1)}
         exec(compile(match.group(1), str(README), "exec"), namespace)
         return namespace
 

@@ -1,7 +1,6 @@
 """The example controller in README.md works as printed."""
 
-import re
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,20 +11,7 @@ from gpuctrl.testing import ControlPlane, eventually
 
 pytestmark = pytest.mark.controlplane
 
-README = Path(__file__).parents[3] / "README.md"
 HEADING = "## Write a controller with gpuctrl.runtime"
-
-
-def readme_example() -> dict[str, Any]:
-    """Execute the first Python block under the heading; return its globals."""
-    section = README.read_text().split(HEADING, 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match, f"no python block under {HEADING!r} in README.md"
-    code = match.group(1)
-    assert len(code.splitlines()) <= 45
-    namespace: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(code, str(README), "exec"), namespace)
-    return namespace
 
 
 async def mirrored(client: Client, namespace: str, name: str, data: dict[str, str]) -> bool:
@@ -34,9 +20,13 @@ async def mirrored(client: Client, namespace: str, name: str, data: dict[str, st
 
 
 async def test_readme_example_controller(
-    control_plane: ControlPlane, client: Client, namespace: str
+    readme_example: Callable[[str], dict[str, Any]],
+    control_plane: ControlPlane,
+    client: Client,
+    namespace: str,
 ) -> None:
-    example = readme_example()
+    example = readme_example(HEADING)
+    assert len(example["__source__"].splitlines()) <= 45
     await client.create(CONFIGMAPS, configmap("early", namespace, {"mirror": "true"}, a="1"))
     await client.create(CONFIGMAPS, configmap("ignored", namespace, b="2"))
     manager = await Manager.create(control_plane.kubeconfig, http_port=0, http_host="127.0.0.1")
