@@ -26,12 +26,10 @@ _CARRIED = {
         "rollingUpdate",
     ),
     "driver": (*_IMAGE, *_COMMON, "repoConfig", "certConfig"),
-    "toolkit": (*_COMMON, "installDir"),
+    "toolkit": (*_IMAGE, *_COMMON, "installDir"),
     "validator": (*_COMMON, "driver", "toolkit", "cuda", "plugin"),
     "devicePlugin": (*_IMAGE, *_COMMON),
 }
-# gpuctrl runs its own agents where NVIDIA runs its toolkit and validator images.
-_AGENT_SECTIONS = ("toolkit", "validator")
 # NVIDIA's toolkit installer env -> gpuctrl's toolkit.containerd field.
 _TOOLKIT_ENV = {
     "CONTAINERD_CONFIG": "configPath",
@@ -85,8 +83,11 @@ def _section(
     out: dict[str, Any] = {}
     for key, field in value.items():
         where = f"{path}.{key}"
-        if section in _AGENT_SECTIONS and key in _IMAGE:
-            dropped.append(f"{where}: gpuctrl runs its own {section} agent image")
+        if section == "toolkit" and key in _IMAGE:
+            # gpuctrl's agent runs the toolkit; NVIDIA's image still supplies the runtime.
+            out.setdefault("runtimeImage", {})[key] = field
+        elif section == "validator" and key in _IMAGE:
+            dropped.append(f"{where}: gpuctrl runs its own validator agent image")
         elif key not in _CARRIED[section]:
             dropped.append(f"{where}: not supported by gpuctrl")
         elif section == "toolkit" and key == "env":

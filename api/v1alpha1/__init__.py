@@ -12,8 +12,8 @@ from api.v1alpha1._base import (
     Toleration,
     wire,
 )
-from api.v1alpha1._clusterpolicy import ClusterPolicy, ClusterPolicySpec
-from api.v1alpha1._component import Component, image_reference
+from api.v1alpha1._clusterpolicy import ClusterPolicy, ClusterPolicySpec, honoured_policy
+from api.v1alpha1._component import Component, Image, image_reference
 from api.v1alpha1._daemonsets import DaemonsetsSpec, OperatorSpec, RollingUpdate
 from api.v1alpha1._deviceplugin import DevicePluginSpec
 from api.v1alpha1._driver import CertConfig, DriverSpec, RepoConfig
@@ -34,6 +34,7 @@ from api.v1alpha1._toolkit import (
     ContainerdSettings,
     DropInMode,
     RestartMode,
+    RuntimeImage,
     ToolkitSpec,
     containerd_defaults,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "DriverSpec",
     "DropInMode",
     "EnvVar",
+    "Image",
     "InvalidPolicy",
     "LabelSelector",
     "LocalObjectReference",
@@ -75,6 +77,7 @@ __all__ = [
     "ResourceRequirements",
     "RestartMode",
     "RollingUpdate",
+    "RuntimeImage",
     "State",
     "TargetComponent",
     "Toleration",
@@ -83,6 +86,7 @@ __all__ = [
     "ValidatorSpec",
     "ValidatorWorkloads",
     "containerd_defaults",
+    "honoured_policy",
     "image_reference",
     "load_cluster_policy",
     "load_pod_policy",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Literal
 
 from pydantic import Field
@@ -14,7 +16,7 @@ from api.v1alpha1._status import ClusterPolicyStatus
 from api.v1alpha1._toolkit import ToolkitSpec
 from api.v1alpha1._validator import ValidatorSpec
 
-__all__ = ["GROUP", "VERSION", "ClusterPolicy", "ClusterPolicySpec"]
+__all__ = ["GROUP", "VERSION", "ClusterPolicy", "ClusterPolicySpec", "honoured_policy"]
 
 GROUP = "gpuctrl.io"
 VERSION = "v1alpha1"
@@ -45,3 +47,22 @@ class ClusterPolicy(ApiObject):
     kind: Literal["ClusterPolicy"] = "ClusterPolicy"
     spec: ClusterPolicySpec = Field(default_factory=ClusterPolicySpec)
     status: ClusterPolicyStatus | None = None
+
+
+def honoured_policy(policies: Iterable[ClusterPolicy]) -> ClusterPolicy | None:
+    """The one ClusterPolicy gpuctrl acts on (the others get state ``ignored``); None if none.
+
+    The oldest by ``metadata.creationTimestamp`` (RFC 3339 text or a datetime), ties broken by
+    name; a policy without a timestamp (not yet stored) counts as newer than any stored one.
+    """
+    return min(policies, key=_age_key, default=None)
+
+
+def _age_key(policy: ClusterPolicy) -> tuple[bool, datetime, str]:
+    created = policy.metadata.get("creationTimestamp")
+    if isinstance(created, str):
+        created = datetime.fromisoformat(created)
+    name = str(policy.metadata.get("name", ""))
+    if not isinstance(created, datetime):
+        return (True, datetime.min, name)
+    return (False, created, name)

@@ -6,7 +6,7 @@ from pydantic import Field
 
 from api.v1alpha1._base import ApiModel, EnvVar, PullPolicy, ResourceRequirements
 
-__all__ = ["AGENT_REPOSITORY", "AGENT_VERSION", "Component", "image_reference"]
+__all__ = ["AGENT_REPOSITORY", "AGENT_VERSION", "Component", "Image", "image_reference"]
 
 # gpuctrl's own image, which runs the toolkit and validator agents.
 AGENT_REPOSITORY = "ghcr.io/gpuctrl"
@@ -38,7 +38,15 @@ class Component(ApiModel):
     args: list[str] = Field(default_factory=list, description="Extra container arguments.")
 
 
-def image_reference(component: Component, tag_suffix: str = "") -> str:
+class Image(ApiModel):
+    """An image named as NVIDIA's ClusterPolicy names one: ``repository/image:version``."""
+
+    repository: str = Field(description="Image registry and path, e.g. nvcr.io/nvidia/k8s.")
+    image: str = Field(description="Image name.")
+    version: str = Field(description="Image tag, or a sha256: digest.")
+
+
+def image_reference(component: Component | Image, tag_suffix: str = "") -> str:
     """The image of ``component``; ``tag_suffix`` (``-ubuntu22.04``) extends a tag, not a digest."""
     base = f"{component.repository}/{component.image}" if component.repository else component.image
     if component.version.startswith("sha256:"):

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from api.v1alpha1._base import ApiModel
-from api.v1alpha1._component import AGENT_REPOSITORY, AGENT_VERSION, Component
+from api.v1alpha1._component import AGENT_REPOSITORY, AGENT_VERSION, Component, Image
 
 __all__ = [
     "CONTAINERD_DEFAULTS",
@@ -15,6 +15,7 @@ __all__ = [
     "ContainerdSettings",
     "DropInMode",
     "RestartMode",
+    "RuntimeImage",
     "ToolkitSpec",
     "containerd_defaults",
 ]
@@ -111,16 +112,47 @@ def containerd_defaults(
     return defaults.model_copy(update=explicit)
 
 
-class ToolkitSpec(Component):
-    """gpuctrl's toolkit agent: installs the NVIDIA container runtime and configures containerd."""
+class RuntimeImage(Image):
+    """NVIDIA's container-toolkit image, the source of the NVIDIA runtime binaries.
 
-    repository: str = Field(default=AGENT_REPOSITORY, description="Image registry/path.")
-    image: str = Field(default="gpuctrl", description="Image name.")
-    version: str = Field(default=AGENT_VERSION, description="Image tag or sha256: digest.")
+    Its fields are NVIDIA's ``toolkit.repository``/``image``/``version``; it is pulled with
+    the toolkit section's ``imagePullPolicy`` and ``imagePullSecrets``. The tag must name an
+    image with a shell (NVIDIA's ``-ubuntu20.04`` or ``-ubi8`` variants).
+    """
+
+    repository: str = Field(default="nvcr.io/nvidia/k8s", description="Image registry/path.")
+    image: str = Field(default="container-toolkit", description="Image name.")
+    version: str = Field(
+        default="v1.17.8-ubuntu20.04",
+        description="Image tag (a variant with a shell) or sha256: digest.",
+    )
+
+
+class ToolkitSpec(Component):
+    """gpuctrl's toolkit agent: installs the NVIDIA container runtime and configures containerd.
+
+    ``repository``/``image``/``version`` name gpuctrl's agent image (the main container); an
+    init container of ``runtimeImage`` (NVIDIA's container-toolkit) first copies the NVIDIA
+    runtime binaries into ``<installDir>/toolkit`` on the host.
+    """
+
+    repository: str = Field(
+        default=AGENT_REPOSITORY, description="gpuctrl's agent image: registry/path."
+    )
+    image: str = Field(default="gpuctrl", description="gpuctrl's agent image: name.")
+    version: str = Field(
+        default=AGENT_VERSION, description="gpuctrl's agent image: tag or sha256: digest."
+    )
     install_dir: str = Field(
         default="/usr/local/nvidia",
         pattern=r"^/",
-        description="Host folder the NVIDIA container toolkit is installed into.",
+        description="Host folder the NVIDIA container toolkit is installed into "
+        "(its runtime binaries go to <installDir>/toolkit).",
+    )
+    runtime_image: RuntimeImage = Field(
+        default_factory=RuntimeImage,
+        description="NVIDIA's container-toolkit image whose runtime binaries an init container "
+        "copies into <installDir>/toolkit (NVIDIA's toolkit repository/image/version).",
     )
     containerd: ContainerdSettings = Field(
         default_factory=ContainerdSettings,

@@ -111,6 +111,9 @@ def validate(policy: ClusterPolicy) -> list[Problem]:
         ),
         resource_problems("spec.validator.workloads.resources", spec.validator.workloads.resources),
         image_problems("spec.validator.workloads.image", spec.validator.workloads.image),
+        image_problems(
+            "spec.toolkit.runtimeImage.version", image_reference(spec.toolkit.runtime_image)
+        ),
     ]
     for field, component in _components(policy):
         # The driver's tag gets an OS suffix at render time; check a realistic one.

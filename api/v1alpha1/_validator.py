@@ -26,8 +26,9 @@ class ValidatorWorkloads(ApiModel):
     """Where the CUDA and device-plugin workload Pod templates come from, and what to override.
 
     The overrides apply to every workload pod without editing a template: ``labels`` and
-    ``annotations`` are merged into the pod's metadata, ``resources`` replaces the resources of
-    every container AND init container, the other fields replace the pod's own.
+    ``annotations`` are merged into the pod's metadata, each requests/limits entry of
+    ``resources`` is set on every container AND init container (entries it does not name keep
+    the template's value), the other fields replace the pod's own.
     """
 
     image: str = Field(
@@ -47,7 +48,9 @@ class ValidatorWorkloads(ApiModel):
         default_factory=dict, description="Annotations added to workload pods."
     )
     resources: ResourceRequirements | None = Field(
-        default=None, description="Resources of every container and init container."
+        default=None,
+        description="Requests and limits set on every container and init container, merged "
+        "per resource name (resources not named here keep the template's value).",
     )
     security_context: dict[str, Any] | None = Field(
         default=None,

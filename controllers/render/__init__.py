@@ -4,9 +4,11 @@
 package (no client, clock or environment), so controllers and ``gpuctrl render`` share it and
 its output can be compared byte for byte. Every object carries the labels
 ``app.kubernetes.io/managed-by: gpuctrl`` and ``app.kubernetes.io/component`` (driver,
-toolkit, validator, device-plugin).
+toolkit, validator, device-plugin). GPU nodes it cannot give a driver (no NFD OS labels) are
+not an error: `nodes_without_driver` names them for the caller to report.
 """
 
+from controllers.render._driver import nodes_without_driver
 from controllers.render._errors import MissingConfigMap, RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts, NodeFacts, OsRelease
 from controllers.render._render import builtin_workload_templates, render
@@ -19,5 +21,6 @@ __all__ = [
     "OsRelease",
     "RenderError",
     "builtin_workload_templates",
+    "nodes_without_driver",
     "render",
 ]

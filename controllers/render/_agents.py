@@ -5,11 +5,17 @@ The agents' command lines are the contract (``gpuctrl toolkit --help``, ``gpuctr
 
 - toolkit: ``toolkit run --host-root /host`` (the host's root is mounted there) with the
   runtime dir, state dir and runtime name, plus the options for the policy's set
-  `api.v1alpha1.ContainerdSettings` fields; the agent detects the rest on the node.
-- validator: one init container per check running ``validate <check>`` (driver, toolkit, cuda,
-  plugin). The cuda and plugin checks get ``--node $(NODE_NAME) --namespace $(NAMESPACE)`` and
-  ``--overrides $(GPUCTRL_VALIDATOR_WORKLOADS)`` (JSON of `api.v1alpha1.ValidatorWorkloads`;
-  ``configMapName`` and ``runtimeClassName`` always set), and their own pod's name and uid in
+  `api.v1alpha1.ContainerdSettings` fields; the agent detects the rest on the node. An init
+  container of NVIDIA's container-toolkit image (``toolkit.runtimeImage``) first copies the
+  runtime binaries into the runtime dir, ``<installDir>/toolkit`` on the host.
+- validator: one init container per check running ``validate <check> --output-dir
+  /run/gpuctrl/validations`` (driver, toolkit, cuda, plugin), that folder being a hostPath shared
+  by every container of the pod, so each ``<check>-ready`` lands on the host. The toolkit check
+  runs nvidia-smi in its own container (``NVIDIA_VISIBLE_DEVICES=all`` under the NVIDIA runtime
+  class, which the validator and device-plugin pods use). The cuda and plugin checks get
+  ``--node $(NODE_NAME) --namespace $(NAMESPACE)`` and ``--overrides
+  $(GPUCTRL_VALIDATOR_WORKLOADS)`` (JSON of `api.v1alpha1.ValidatorWorkloads`; ``configMapName``
+  and ``runtimeClassName`` always set), and their own pod's name and uid in
   ``GPUCTRL_POD_NAME``/``GPUCTRL_POD_UID`` so the workload pods are owned by it.
 """
 
@@ -19,7 +25,7 @@ import json
 import posixpath
 from typing import Any
 
-from api.v1alpha1 import ClusterPolicy, ToolkitSpec, ValidatorWorkloads, wire
+from api.v1alpha1 import ClusterPolicy, ToolkitSpec, ValidatorWorkloads, image_reference, wire
 from controllers.render._account import Permissions, account_objects
 from controllers.render._engine import render_template
 from controllers.render._errors import MissingConfigMap, RenderError
@@ -63,9 +69,19 @@ _VALIDATOR_PERMISSIONS = Permissions(
 # The host's root as the toolkit agent sees it, and where it keeps its journal (a host path).
 TOOLKIT_HOST_ROOT = "/host"
 TOOLKIT_STATE_DIR = "/var/lib/gpuctrl/toolkit"
-# The validator's mounts: the host's root for the driver check; a driver container's root.
+# Where the NVIDIA container-toolkit image keeps the runtime binaries and their libraries.
+_RUNTIME_SOURCES = (
+    "/usr/bin/nvidia-container-runtime*",
+    "/usr/bin/nvidia-ctk",
+    "/usr/bin/nvidia-container-cli",
+    "/usr/lib/*/libnvidia-container*.so*",
+    "/usr/lib64/libnvidia-container*.so*",
+)
+# The validator's mounts: the host's root for the driver check; a driver container's root;
+# the status folder (the same path on the host and in every container).
 VALIDATOR_HOST_ROOT = "/host"
 VALIDATOR_DRIVER_ROOT = "/run/nvidia/driver"
+VALIDATOR_STATUS_DIR = "/run/gpuctrl/validations"
 _POD_ENV = (
     {"name": "GPUCTRL_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     {"name": "GPUCTRL_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
@@ -92,7 +108,18 @@ def render_toolkit(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str,
     )
     objects = account_objects(policy, facts, "toolkit", _TOOLKIT_PERMISSIONS)
     args = _toolkit_args(toolkit, runtime_handler(policy)) + ds.args
-    return objects + render_template("toolkit.yaml.j2", ds=ds, args=args)
+    installer = {
+        "image": image_reference(toolkit.runtime_image),
+        "install_dir": toolkit.install_dir,
+        "runtime_dir": _runtime_dir(toolkit),
+        "sources": " ".join(_RUNTIME_SOURCES),
+    }
+    return objects + render_template("toolkit.yaml.j2", ds=ds, args=args, installer=installer)
+
+
+def _runtime_dir(toolkit: ToolkitSpec) -> str:
+    """The host folder holding NVIDIA's runtime binaries (copied there by the init container)."""
+    return posixpath.join(toolkit.install_dir, "toolkit")
 
 
 def _toolkit_args(toolkit: ToolkitSpec, runtime_name: str) -> list[str]:
@@ -104,7 +131,7 @@ def _toolkit_args(toolkit: ToolkitSpec, runtime_name: str) -> list[str]:
         "--host-root",
         TOOLKIT_HOST_ROOT,
         "--runtime-dir",
-        posixpath.join(toolkit.install_dir, "toolkit"),
+        _runtime_dir(toolkit),
         "--state-dir",
         TOOLKIT_STATE_DIR,
         "--runtime-name",
@@ -163,15 +190,19 @@ def render_validator(
         {
             "name": name,
             "args": _validator_args(name, workloads) + ds.args,
-            "env": env(
-                getattr(validator, name).env + validator.env,
-                *(_workload_env(workloads) if name in _WORKLOAD_CHECKS else ()),
-            ),
+            # The check's own env comes last, so it wins over the validator's general env.
+            "env": env(validator.env + getattr(validator, name).env, *_check_env(name, workloads)),
         }
         for name in _CHECKS
     ]
     objects = account_objects(policy, facts, "validator", _VALIDATOR_PERMISSIONS)
-    objects += render_template("validator.yaml.j2", ds=ds, checks=checks)
+    objects += render_template(
+        "validator.yaml.j2",
+        ds=ds,
+        checks=checks,
+        runtime_class=policy.spec.operator.runtime_class,
+        status_dir=VALIDATOR_STATUS_DIR,
+    )
     objects += render_template(
         "configmap.yaml.j2",
         metadata=metadata(policy, "validator", WORKLOADS_CONFIG_MAP, facts.namespace),
@@ -182,20 +213,19 @@ def render_validator(
 
 def _validator_args(check: str, workloads: ValidatorWorkloads) -> list[str]:
     """``gpuctrl validate <check>`` options; the ``$(VAR)`` are filled in by the kubelet."""
+    common = ["validate", check, "--output-dir", VALIDATOR_STATUS_DIR]
     if check == "driver":
         return [
-            "validate",
-            check,
+            *common,
             "--host-root",
             VALIDATOR_HOST_ROOT,
             "--driver-root",
             VALIDATOR_DRIVER_ROOT,
         ]
     if check not in _WORKLOAD_CHECKS:
-        return ["validate", check]
+        return common
     return [
-        "validate",
-        check,
+        *common,
         "--node",
         "$(NODE_NAME)",
         "--namespace",
@@ -209,8 +239,13 @@ def _validator_args(check: str, workloads: ValidatorWorkloads) -> list[str]:
     ]
 
 
-def _workload_env(workloads: ValidatorWorkloads) -> tuple[dict[str, Any], ...]:
-    return (*_POD_ENV, _json_env("GPUCTRL_VALIDATOR_WORKLOADS", wire(workloads)))
+def _check_env(check: str, workloads: ValidatorWorkloads) -> tuple[dict[str, Any], ...]:
+    """gpuctrl's env of one check's container (the user's env comes after it)."""
+    if check == "toolkit":  # nvidia-smi in this container, through the NVIDIA runtime
+        return ({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},)
+    if check in _WORKLOAD_CHECKS:
+        return (*_POD_ENV, _json_env("GPUCTRL_VALIDATOR_WORKLOADS", wire(workloads)))
+    return ()
 
 
 def _check_user_templates(policy: ClusterPolicy, facts: ClusterFacts) -> None:
@@ -240,4 +275,5 @@ def render_device_plugin(policy: ClusterPolicy, facts: ClusterFacts) -> list[dic
         deploy_label="nvidia.com/gpu.deploy.device-plugin",
     )
     objects = account_objects(policy, facts, "device-plugin", _DEVICE_PLUGIN_PERMISSIONS)
-    return objects + render_template("device-plugin.yaml.j2", ds=ds)
+    runtime_class = policy.spec.operator.runtime_class
+    return objects + render_template("device-plugin.yaml.j2", ds=ds, runtime_class=runtime_class)

@@ -27,7 +27,13 @@ from controllers.render._facts import (
 )
 from controllers.render._meta import daemonset_context
 
-__all__ = ["CA_FOLDERS", "CONFIG_HASH", "REPOSITORY_FOLDERS", "render_driver"]
+__all__ = [
+    "CA_FOLDERS",
+    "CONFIG_HASH",
+    "REPOSITORY_FOLDERS",
+    "nodes_without_driver",
+    "render_driver",
+]
 
 COMPONENT = "driver"
 CONFIG_HASH = "gpuctrl.io/config-hash"
@@ -63,6 +69,18 @@ def render_driver(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, 
     for os in _operating_systems(facts):
         objects += _daemonset(policy, facts, os, repo, certs)
     return objects
+
+
+def nodes_without_driver(policy: ClusterPolicy, facts: ClusterFacts) -> list[str]:
+    """GPU nodes, by name, that no driver DaemonSet of `render_driver` selects because NFD has
+    not labelled their OS (``ID``, ``VERSION_ID``); [] when the driver is disabled.
+
+    `render` renders what it can for the other nodes; callers report these (``gpuctrl render``
+    warns on stderr) so a node without a driver is never silent.
+    """
+    if not policy.spec.driver.enabled:
+        return []
+    return [node.name for node in facts.gpu_nodes() if node.os is None]
 
 
 def _repo_name(policy: ClusterPolicy) -> str | None:

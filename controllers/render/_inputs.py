@@ -1,21 +1,30 @@
-"""Reading ``gpuctrl render`` input: YAML streams of one ClusterPolicy, Nodes and ConfigMaps."""
+"""Reading ``gpuctrl render`` input: YAML streams of one ClusterPolicy, Nodes and ConfigMaps.
+
+PodPolicies may sit beside them (the samples keep a policy and its PodPolicy in one file); the
+webhook, not render, acts on them, but they are validated so a broken one is reported here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
-from api.v1alpha1 import ClusterPolicy, InvalidPolicy, Problem, load_cluster_policy
+from api.v1alpha1 import (
+    ClusterPolicy,
+    InvalidPolicy,
+    Problem,
+    load_cluster_policy,
+    load_pod_policy,
+)
 from controllers.render._facts import ClusterFacts
 
 __all__ = ["RenderInput", "read_inputs", "to_yaml"]
 
-# Kinds an input may hold besides the ones render reads; the webhook, not render, uses these.
-_IGNORED = {("gpuctrl.io/v1alpha1", "PodPolicy")}
+_Loaded = TypeVar("_Loaded")
 
 
 @dataclass(frozen=True)
@@ -41,12 +50,14 @@ def read_inputs(paths: Sequence[Path], namespace: str) -> RenderInput:
                 nodes.append(doc)
             elif key == ("v1", "ConfigMap"):
                 config_maps.append(doc)
-            elif key not in _IGNORED:
+            elif key == ("gpuctrl.io/v1alpha1", "PodPolicy"):
+                _check(load_pod_policy, where, doc, problems)
+            else:
                 problems.append(Problem(where, f"unexpected object {key[0]}/{key[1]}"))
     if len(policies) != 1:
         found = ", ".join(where for where, _ in policies) or "none"
         problems.append(Problem("input", f"expected one ClusterPolicy, found {found}"))
-    policy = _policy(policies[0], problems) if len(policies) == 1 else None
+    policy = _check(load_cluster_policy, *policies[0], problems) if len(policies) == 1 else None
     try:
         facts = ClusterFacts.from_objects(namespace, nodes, config_maps)
     except (KeyError, TypeError, ValueError) as error:
@@ -73,10 +84,15 @@ def _documents(path: Path, problems: list[Problem]) -> list[tuple[str, dict[str,
     return found
 
 
-def _policy(found: tuple[str, dict[str, Any]], problems: list[Problem]) -> ClusterPolicy | None:
-    where, doc = found
+def _check(
+    load: Callable[[dict[str, Any]], _Loaded],
+    where: str,
+    doc: dict[str, Any],
+    problems: list[Problem],
+) -> _Loaded | None:
+    """``load(doc)``, or None after adding its problems, each prefixed with ``where``."""
     try:
-        return load_cluster_policy(doc)
+        return load(doc)
     except InvalidPolicy as error:
         problems.extend(Problem(f"{where}: {p.path}", p.message) for p in error.problems)
         return None

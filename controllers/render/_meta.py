@@ -51,8 +51,14 @@ def metadata(
 
 
 def env(variables: list[EnvVar], *extra: dict[str, Any]) -> list[dict[str, Any]]:
-    """Container env: kubelet-filled variables, then ``extra``, then the user's ``variables``."""
-    return [*_DOWNWARD_ENV, *extra, *(wire(v) for v in variables)]
+    """Container env: kubelet-filled variables, then ``extra``, then the user's ``variables``.
+
+    Each name appears once, where it first appeared, holding the value of its last entry.
+    """
+    merged: dict[str, dict[str, Any]] = {}
+    for variable in (*_DOWNWARD_ENV, *extra, *(wire(v) for v in variables)):
+        merged[variable["name"]] = variable
+    return list(merged.values())
 
 
 @dataclass(frozen=True)

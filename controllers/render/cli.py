@@ -2,7 +2,8 @@
 
 Input files are YAML streams holding one ClusterPolicy and optionally the Nodes and the
 ConfigMaps (of ``--namespace``) it should see. Invalid input exits 2 after printing every
-problem with its path, and writes nothing.
+problem with its path, and writes nothing. GPU nodes left without a driver DaemonSet (NFD
+has not labelled their OS) are named in a warning on stderr; the render still succeeds.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 from api.v1alpha1 import InvalidPolicy
-from controllers.render import RenderError, render
+from controllers.render import RenderError, nodes_without_driver, render
 from controllers.render._inputs import read_inputs, to_yaml
 
 __all__ = ["configure", "run"]
@@ -50,6 +51,14 @@ def run(args: argparse.Namespace) -> int:
     except RenderError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    skipped = nodes_without_driver(given.policy, given.facts)
+    if skipped:
+        print(
+            f"warning: GPU node(s) {', '.join(skipped)} lack NFD's OS labels "
+            "(feature.node.kubernetes.io/system-os_release.ID, .VERSION_ID): "
+            "no driver DaemonSet selects them",
+            file=sys.stderr,
+        )
     if args.output_dir is None:
         sys.stdout.write(to_yaml(objects))
         return 0

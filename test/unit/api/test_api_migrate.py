@@ -30,8 +30,15 @@ def test_conversion_carries_shared_fields_and_lists_the_rest() -> None:
     assert spec.toolkit.containerd.socket_path == "/run/containerd/containerd.sock"
     assert spec.toolkit.containerd.set_as_default is False
     assert [v.name for v in spec.toolkit.env] == ["NVIDIA_CONTAINER_RUNTIME_MODE"]
-    # gpuctrl's own agent images replace NVIDIA's toolkit and validator images.
+    # gpuctrl's own agent images replace NVIDIA's toolkit and validator images; NVIDIA's
+    # toolkit image remains the source of the runtime binaries.
     assert spec.toolkit.repository == "ghcr.io/gpuctrl"
+    runtime = spec.toolkit.runtime_image
+    assert (runtime.repository, runtime.image, runtime.version) == (
+        "nvcr.io/nvidia/k8s",
+        "container-toolkit",
+        "v1.17.3-ubuntu20.04",
+    )
     assert spec.validator.plugin.env[0].name == "WITH_WORKLOAD"
     assert [v.name for v in spec.device_plugin.env] == ["PASS_DEVICE_SPECS", "FAIL_ON_INIT_ERROR"]
     lost = {line.split(":")[0] for line in migration.dropped}
@@ -43,12 +50,12 @@ def test_conversion_carries_shared_fields_and_lists_the_rest() -> None:
         "spec.driver.manager",
         "spec.driver.upgradePolicy",
         "spec.driver.licensingConfig",
-        "spec.toolkit.image",
         "spec.validator.repository",
         "spec.devicePlugin.config",
     ):
         assert path in lost, path
     assert "spec.driver.repoConfig" not in lost
+    assert not {"spec.toolkit.repository", "spec.toolkit.image", "spec.toolkit.version"} & lost
 
 
 def test_rejects_other_kinds() -> None:

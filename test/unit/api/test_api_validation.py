@@ -66,6 +66,11 @@ INVALID = [
         "workload-image",
     ),
     (
+        _spec(toolkit={"runtimeImage": {"repository": "Bad Registry"}}),
+        "spec.toolkit.runtimeImage.version: 'Bad Registry/container-toolkit:",
+        "runtime-image",
+    ),
+    (
         _spec(
             validator={
                 "workloads": {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}

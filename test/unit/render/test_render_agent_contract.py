@@ -174,3 +174,33 @@ def test_validator_checks_get_their_node_namespace_owner_and_overrides(
             workloads.image,
             workloads.image_pull_policy,
         )
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_check_writes_its_status_into_one_host_folder(stem: str, tmp_path: Path) -> None:
+    found = [(pod, c) for pod, c in _agent_containers(stem, tmp_path) if c["name"] != "toolkit"]
+    host_folders = set()
+    for pod, container in found:
+        args = _parse([_expand(arg, _environment(container)) for arg in container["args"]])
+        host = _host_path_of(pod, container, args.output_dir)
+        assert host is not None, f"{container['name']} writes {args.output_dir} into its own fs"
+        volume = next(v for v in pod["volumes"] if v["hostPath"]["path"] == host)
+        assert volume["hostPath"]["type"] == "DirectoryOrCreate"
+        host_folders.add(host)
+        [main] = pod["containers"]  # the container that stays up sees the same files
+        assert _host_path_of(pod, main, args.output_dir) == host
+    assert len(host_folders) == 1
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_toolkit_runtime_binaries_are_copied_where_the_agent_points(
+    stem: str, tmp_path: Path
+) -> None:
+    [(pod, agent)] = [c for c in _agent_containers(stem, tmp_path) if c[1]["name"] == "toolkit"]
+    runtime_dir = Path(_parse(agent["args"]).runtime_dir)
+    [installer] = pod["initContainers"]
+    assert installer["image"].rsplit("/", 1)[-1].startswith("container-toolkit:")  # NVIDIA's
+    target = Path(_environment(installer)["RUNTIME_DIR"])
+    assert target == runtime_dir
+    # The agent writes runtime_dir into containerd's config as a host path: the copy lands there.
+    assert _host_path_of(pod, installer, target) == str(runtime_dir)

@@ -13,6 +13,7 @@ from gpuctrl.cli import main
 
 ROOT = Path(__file__).parents[3]
 AIRGAPPED = ROOT / "config" / "samples" / "clusterpolicy-airgapped.yaml"
+MINIMAL = ROOT / "config" / "samples" / "clusterpolicy-minimal.yaml"
 NODES = ROOT / "test" / "data" / "render" / "nodes.yaml"
 
 
@@ -73,6 +74,57 @@ def test_invalid_input_exits_2_lists_every_problem_and_writes_nothing(
     assert any(f"{bad}:0: {paths}[1]: 'relative' is not absolute" in line for line in lines)
     assert any(f"{bad}:0: {paths}: requires repoConfig.configMapName" in line for line in lines)
     assert any("spec.daemonsets.priorityClassName: 'Not_Valid'" in line for line in lines)
+
+
+def test_gpu_nodes_without_os_labels_are_named_in_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(
+        NODES.read_text() + "\n---\napiVersion: v1\nkind: Node\nmetadata:\n  name: gpu-no-nfd-2\n"
+        "  labels: {nvidia.com/gpu.present: 'true'}\n"
+        "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: gpu-no-nfd-1\n"
+        "  labels: {feature.node.kubernetes.io/pci-10de.present: 'true'}\n"
+    )
+    assert main(["render", "-f", str(MINIMAL), "-f", str(nodes)]) == 0
+    out, err = capsys.readouterr()
+    assert [line for line in err.splitlines() if line.startswith("warning:")] == [
+        "warning: GPU node(s) gpu-no-nfd-1, gpu-no-nfd-2 lack NFD's OS labels "
+        "(feature.node.kubernetes.io/system-os_release.ID, .VERSION_ID): "
+        "no driver DaemonSet selects them"
+    ]
+    names = [obj["metadata"]["name"] for obj in yaml.safe_load_all(out)]
+    assert "gpuctrl-driver-ubuntu22.04" in names  # the labelled nodes still get theirs
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        pytest.param("meshes: [not-a-mesh]", "spec.meshes[0]", id="schema"),
+        pytest.param(
+            "labels: {'bad key!': x}", "spec.labels[bad key!]: 'bad key!' is not", id="rule"
+        ),
+    ],
+)
+def test_a_broken_pod_policy_exits_2_with_its_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, message: str
+) -> None:
+    bad = tmp_path / "podpolicy.yaml"
+    bad.write_text(
+        "apiVersion: gpuctrl.io/v1alpha1\nkind: PodPolicy\nmetadata: {name: mesh}\n"
+        f"spec:\n  {spec}\n"
+    )
+    out_dir = tmp_path / "out"
+    assert main(["render", "-f", str(MINIMAL), "-f", str(bad), "-o", str(out_dir)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert not out_dir.exists()
+    assert f"error: {bad}:0: {message}" in err
+
+
+def test_a_valid_pod_policy_beside_the_policy_renders() -> None:
+    sample = ROOT / "config" / "samples" / "clusterpolicy-servicemesh.yaml"
+    assert main(["render", "-f", str(sample)]) == 0
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from controllers.render import (
     NodeFacts,
     RenderError,
     builtin_workload_templates,
+    nodes_without_driver,
     render,
 )
 
@@ -102,6 +103,19 @@ def test_one_driver_daemonset_per_os_pinned_to_it() -> None:
 def test_no_gpu_nodes_no_driver_daemonset() -> None:
     objects = render(_policy(), _facts(_node("cpu", "ubuntu", "22.04", gpu=False)))
     assert not [o for o in objects if o["metadata"]["name"].startswith("gpuctrl-driver-")]
+
+
+def test_gpu_nodes_without_os_labels_are_reported_not_rendered() -> None:
+    unlabelled = NodeFacts(name="gpu-bare", labels={"nvidia.com/gpu.present": "true"})
+    half = NodeFacts(name="gpu-half", labels={"nvidia.com/gpu.present": "true", OS_ID: "rhel"})
+    cpu = NodeFacts(name="cpu-bare")
+    facts = _facts(_node("n1", "ubuntu", "22.04"), unlabelled, half, cpu)
+    assert nodes_without_driver(_policy(), facts) == ["gpu-bare", "gpu-half"]
+    objects = render(_policy(), facts)
+    drivers = [o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet"]
+    assert [n for n in drivers if n.startswith("gpuctrl-driver-")] == ["gpuctrl-driver-ubuntu22.04"]
+    assert nodes_without_driver(_policy(driver={"enabled": False}), facts) == []
+    assert nodes_without_driver(_policy(), _facts()) == []
 
 
 def test_driver_digest_gets_no_os_suffix() -> None:
@@ -326,6 +340,56 @@ def test_validator_carries_workload_overrides_and_check_env() -> None:
     assert carried.resources is not None
     assert carried.resources.limits == {"cpu": "1"}
     assert carried.timeout_seconds == 60
+
+
+def test_a_checks_own_env_wins_over_the_validators_env() -> None:
+    policy = _policy(
+        validator={
+            "env": [{"name": "WAIT", "value": "general"}, {"name": "ONLY_GENERAL", "value": "g"}],
+            "toolkit": {"env": [{"name": "WAIT", "value": "toolkit"}]},
+        }
+    )
+    init = _pod(render(policy, _facts()), "gpuctrl-validator")["spec"]["initContainers"]
+    by_name = {c["name"]: c for c in init}
+    toolkit = [e for e in by_name["toolkit-validation"]["env"] if e["name"] == "WAIT"]
+    assert toolkit == [{"name": "WAIT", "value": "toolkit"}]  # once, and the check's value
+    assert _env(by_name["toolkit-validation"])["ONLY_GENERAL"] == "g"
+    assert _env(by_name["driver-validation"])["WAIT"] == "general"
+
+
+@pytest.mark.parametrize("runtime_class", ["nvidia", "nvidia-gpu"])
+def test_validator_and_device_plugin_run_under_the_nvidia_runtime_class(
+    runtime_class: str,
+) -> None:
+    objects = render(_policy(operator={"runtimeClass": runtime_class}), _facts())
+    for name in ("gpuctrl-validator", "gpuctrl-device-plugin"):
+        assert _pod(objects, name)["spec"]["runtimeClassName"] == runtime_class, name
+    assert _find(objects, "RuntimeClass", runtime_class)
+    for name in ("gpuctrl-toolkit", "gpuctrl-driver-ubuntu22.04"):  # they install the runtime
+        assert "runtimeClassName" not in _pod(objects, name)["spec"], name
+
+
+def test_toolkit_check_sees_every_gpu_through_the_runtime() -> None:
+    init = _pod(render(_policy(), _facts()), "gpuctrl-validator")["spec"]["initContainers"]
+    by_name = {c["name"]: _env(c) for c in init}
+    assert by_name["toolkit-validation"]["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert "NVIDIA_VISIBLE_DEVICES" not in by_name["cuda-validation"]
+
+
+def test_toolkit_init_container_copies_from_the_policys_runtime_image() -> None:
+    runtime = {"repository": "mirror.example.com/nvidia", "version": "v1.17.8-ubi8"}
+    policy = _policy(
+        toolkit={"runtimeImage": runtime, "installDir": "/opt/nvidia", "imagePullSecrets": ["s"]}
+    )
+    pod = _pod(render(policy, _facts()), "gpuctrl-toolkit")["spec"]
+    [installer] = pod["initContainers"]
+    assert installer["image"] == "mirror.example.com/nvidia/container-toolkit:v1.17.8-ubi8"
+    assert _env(installer)["RUNTIME_DIR"] == "/opt/nvidia/toolkit"
+    assert installer["volumeMounts"] == [{"name": "install-dir", "mountPath": "/opt/nvidia"}]
+    volume = next(v for v in pod["volumes"] if v["name"] == "install-dir")
+    assert volume["hostPath"] == {"path": "/opt/nvidia", "type": "DirectoryOrCreate"}
+    assert pod["imagePullSecrets"] == [{"name": "s"}]
+    assert pod["containers"][0]["image"].startswith("ghcr.io/gpuctrl/gpuctrl:")
 
 
 def test_builtin_templates_go_into_the_workloads_config_map() -> None:
