@@ -38,8 +38,9 @@ class ContainerBehavior(BaseModel):
 
     It runs `run_seconds`, then exits with `exit_code` - unless `never_exits` (a server, a mesh
     sidecar). With `image_pull_fails` it never starts: ErrImagePull, then ImagePullBackOff.
-    `ready` is whether it passes its readiness probe while running. In the annotation the fields
-    are camelCase (`exitCode`, `runSeconds`, `neverExits`, `imagePullFails`, `ready`).
+    `ready` is whether it passes its readiness probe while running. `log` is what it writes
+    (every run), served as a kubelet serves ``kubectl logs``. In the annotation the fields are
+    camelCase (`exitCode`, `runSeconds`, `neverExits`, `imagePullFails`, `ready`, `log`).
     """
 
     model_config = ConfigDict(
@@ -51,6 +52,7 @@ class ContainerBehavior(BaseModel):
     never_exits: bool = False
     image_pull_fails: bool = False
     ready: bool = True
+    log: str = ""
 
 
 _RUNS_FOREVER = ContainerBehavior(never_exits=True)

@@ -223,6 +223,8 @@ class ControlPlane:
             f"--service-cluster-ip-range={_SERVICE_CIDR}",
             "--allow-privileged=true",
             "--profiling=false",
+            # Simulated nodes' kubelet endpoints are on loopback, at their InternalDNS address.
+            "--kubelet-preferred-address-types=InternalDNS,InternalIP,Hostname",
             *disabled,
         ]
 

@@ -9,8 +9,9 @@ then ends once nothing more will happen by itself.
 A pod being deleted is deleted with grace period 0, as a kubelet does once its containers stop.
 
 API calls go through `gpuctrl.runtime.Client` (raw JSON), at most `_CONCURRENCY` at a time;
-transient errors (e.g. during `ControlPlane.restart_apiserver`) are retried. Container logs, exec
-and port-forward are not available: there is no kubelet endpoint behind the nodes.
+transient errors (e.g. during `ControlPlane.restart_apiserver`) are retried. The nodes' kubelet
+endpoint (`_logs.LogServer`, HTTPS on loopback) serves container logs, so ``kubectl logs`` works
+through the apiserver; exec and port-forward are not available.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import aiohttp
 from gpuctrl.runtime import ApiError, Client, Gone, new_api_client
 
 from ._behavior import BehaviorError, BehaviorRules, ContainerBehavior, PodMatch
+from ._logs import LogServer
 from ._nodes import (
     NODE_LEASE_NAMESPACE,
     SimulatedNode,
@@ -38,7 +40,7 @@ from ._nodes import (
     node_manifest,
     node_spec_patch,
 )
-from ._podsim import advance, config_error_pod, new_pod, next_due
+from ._podsim import PodSim, advance, config_error_pod, new_pod, next_due
 from ._podstatus import pod_status
 
 __all__ = ["SimulatedKubelet"]
@@ -73,7 +75,8 @@ class SimulatedKubelet:
 
     Use as ``async with SimulatedKubelet(kubeconfig, nodes) as kubelet:``. Leaving the block
     stops it and deletes its Nodes and Leases (pods bound to them are left to the pod GC).
-    Container logs, exec and port-forward are unavailable: no kubelet endpoint serves them.
+    Container logs (each container's `ContainerBehavior.log`) are served to the apiserver as a
+    kubelet serves them; exec and port-forward are unavailable.
     """
 
     def __init__(
@@ -89,6 +92,10 @@ class SimulatedKubelet:
         self._rules = BehaviorRules()
         self._nodes: dict[str, _Node] = {}
         self._pods: dict[str, tuple[str, asyncio.Task[None]]] = {}  # uid -> (node, runner)
+        # (namespace, name) -> the pod as last simulated, until it is deleted: for its logs.
+        self._sims: dict[tuple[str, str], PodSim] = {}
+        self._log_server = LogServer(lambda namespace, name: self._sims.get((namespace, name)))
+        self._kubelet_port = 0  # of the log server, once started
         self._finalizing: set[str] = set()  # uids of pods being deleted
         self._renewing: set[str] = set()  # nodes whose Lease renewal is in flight
         self._tasks: set[asyncio.Task[None]] = set()
@@ -119,9 +126,10 @@ class SimulatedKubelet:
 
     async def __aenter__(self) -> Self:
         self._client = Client(await new_api_client(self._kubeconfig))
-        self._spawn(self._watch_pods())
-        self._spawn(self._heartbeat())
         try:
+            self._kubelet_port = await self._log_server.start()
+            self._spawn(self._watch_pods())
+            self._spawn(self._heartbeat())
             await self.add_nodes(self._initial_nodes)
         except BaseException:
             await self._shut_down()
@@ -169,12 +177,15 @@ class SimulatedKubelet:
         except TimeoutError:
             log.warning("apiserver unreachable: simulated Nodes %s not deleted", list(self._nodes))
         finally:
+            await self._log_server.stop()
             assert self._client is not None
             await self._client.api_client.close()
 
     async def _register(self, node: SimulatedNode) -> None:
         now = _now()
-        created = await self._request("POST", _NODES, body=node_manifest(node, now))
+        created = await self._request(
+            "POST", _NODES, body=node_manifest(node, now, self._kubelet_port)
+        )
         self._nodes[node.name] = _Node(node)  # from now on, removed on shutdown
         await self._request("PATCH", f"{_NODES}/{node.name}", body=node_spec_patch(node))
         lease = lease_manifest(node.name, created["metadata"]["uid"], now)
@@ -262,6 +273,9 @@ class SimulatedKubelet:
         if deleted or node is None:
             self._forget(uid)
             self._finalizing.discard(uid)
+            key = (metadata["namespace"], metadata["name"])
+            if key in self._sims and self._sims[key].uid == uid:
+                del self._sims[key]
         elif metadata.get("deletionTimestamp"):
             self._forget(uid)
             if uid not in self._finalizing:
@@ -287,8 +301,10 @@ class SimulatedKubelet:
         else:
             sim = new_pod(pod, behaviors, host_ip=host_ip, pod_ip=node.next_pod_ip(), now=now)
         sent: dict[str, Any] | None = None
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
         while True:
             sim = advance(sim, _now())
+            self._sims[key] = sim
             status = pod_status(sim)
             if status != sent:
                 if not await self._patch_pod_status(pod["metadata"], status):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "KUBELET_HOST",
+    "KUBELET_PORT",
     "LEASE_DURATION_SECONDS",
     "NODE_LEASE_NAMESPACE",
     "SimulatedNode",
@@ -30,6 +32,10 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40
 NFD = "feature.node.kubernetes.io"
 KUBELET_VERSION = "v1.20.2"
+# Where the kubelet endpoint of every simulated node listens: on loopback, each
+# `SimulatedKubelet` at a port of its own (a real kubelet's is 10250).
+KUBELET_HOST = "127.0.0.1"
+KUBELET_PORT = 10250
 _NODE_IPS = ipaddress.ip_network("172.16.0.0/12")
 _POD_NETWORK = ipaddress.ip_network("10.128.0.0/9")  # one /24 per node
 
@@ -150,8 +156,11 @@ def node_labels(node: SimulatedNode) -> dict[str, str]:
     return labels
 
 
-def node_manifest(node: SimulatedNode, now: datetime.datetime) -> dict[str, Any]:
-    """The Node the kubelet creates, status included (the apiserver keeps a new Node's status)."""
+def node_manifest(
+    node: SimulatedNode, now: datetime.datetime, kubelet_port: int = KUBELET_PORT
+) -> dict[str, Any]:
+    """The Node the kubelet creates, status included (the apiserver keeps a new Node's status);
+    its kubelet endpoint is ``https://KUBELET_HOST:kubelet_port``."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -164,7 +173,7 @@ def node_manifest(node: SimulatedNode, now: datetime.datetime) -> dict[str, Any]
             },
         },
         "spec": {"podCIDR": str(node.pod_cidr), "podCIDRs": [str(node.pod_cidr)]},
-        "status": node_status(node, now),
+        "status": node_status(node, now, kubelet_port),
     }
 
 
@@ -173,7 +182,9 @@ def node_spec_patch(node: SimulatedNode) -> dict[str, Any]:
     return {"spec": {"taints": [dict(taint) for taint in node.taints] or None}}
 
 
-def node_status(node: SimulatedNode, now: datetime.datetime) -> dict[str, Any]:
+def node_status(
+    node: SimulatedNode, now: datetime.datetime, kubelet_port: int = KUBELET_PORT
+) -> dict[str, Any]:
     """The status of a healthy node: Ready, no pressure, capacity including its GPUs."""
     resources = {
         "cpu": node.cpu,
@@ -205,8 +216,11 @@ def node_status(node: SimulatedNode, now: datetime.datetime) -> dict[str, Any]:
         "addresses": [
             {"type": "InternalIP", "address": node.internal_ip},
             {"type": "Hostname", "address": node.name},
+            # The address the apiserver reaches the kubelet endpoint at (`ControlPlane` prefers
+            # it): every simulated node's endpoint is on loopback.
+            {"type": "InternalDNS", "address": KUBELET_HOST},
         ],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "nodeInfo": {
             "machineID": machine_id,
             "systemUUID": machine_id,

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["Pki", "write_pki"]
+__all__ = ["Pki", "self_signed_pair", "write_pki"]
 
 # Names under which the apiserver is reached: on loopback by tests, and in-cluster by pods.
 _SERVING_DNS_NAMES = (
@@ -83,6 +83,23 @@ def write_pki(directory: Path) -> Pki:
         )
     )
     return pki
+
+
+def self_signed_pair(common_name: str, ips: list[str]) -> tuple[bytes, bytes]:
+    """A self-signed serving certificate for ``ips`` and its key (PEM), for a loopback server."""
+    now = datetime.datetime.now(datetime.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    alt_names = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    cert = (
+        _builder(name, name, key.public_key(), key.public_key(), now)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(cert_sign=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), _private_pem(key)
 
 
 def _builder(

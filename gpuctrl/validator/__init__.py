@@ -31,6 +31,8 @@ from gpuctrl.validator._template import (
 )
 from gpuctrl.validator._verdict import (
     DEFAULT_MAX_RESTARTS,
+    NODE_KILL_REASONS,
+    Evicted,
     Failed,
     Passed,
     Pending,
@@ -49,6 +51,8 @@ if typing.TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_RESTARTS",
     "DEFAULT_OUTPUT_DIR",
+    "NODE_KILL_REASONS",
+    "Evicted",
     "Failed",
     "Passed",
     "Pending",

@@ -10,7 +10,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_RESTARTS", "Failed", "Passed", "Pending", "Verdict", "verdict"]
+__all__ = [
+    "DEFAULT_MAX_RESTARTS",
+    "NODE_KILL_REASONS",
+    "Evicted",
+    "Failed",
+    "Passed",
+    "Pending",
+    "Verdict",
+    "verdict",
+]
 
 # A template container restarted more often than this is failing, not flaking.
 DEFAULT_MAX_RESTARTS = 3
@@ -18,6 +27,15 @@ DEFAULT_MAX_RESTARTS = 3
 # Waiting reasons that mean the image will not arrive without someone fixing something.
 _PULL_FAILURES = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+
+# Reasons a kubelet gives a pod it killed for its own sake (phase Failed), not the pod's:
+# eviction under node pressure, graceful node shutdown (1.20: NodeShutdown; later: Terminated),
+# a device or resource admission the node could not honour after all, and preemption to admit
+# a critical pod ("Preempting", pkg/kubelet/preemption). Such a pod has disappeared in all
+# but name.
+NODE_KILL_REASONS = frozenset(
+    {"Evicted", "NodeShutdown", "Terminated", "UnexpectedAdmissionError", "Preempting"}
 )
 
 
@@ -36,14 +54,25 @@ class Passed:
 @dataclass(frozen=True)
 class Failed:
     """The check failed: a ``reason`` word, a ``message`` naming what failed, and the container
-    whose log may explain it (None when no container is to blame)."""
+    whose log may explain it (None when no container is to blame); ``previous`` when that log is
+    of the container's previous run (it restarted since it failed)."""
 
     reason: str
     message: str
     container: str | None = None
+    previous: bool = False
 
 
-Verdict = Pending | Passed | Failed
+@dataclass(frozen=True)
+class Evicted:
+    """No verdict: the node killed the pod (``reason`` is one of `NODE_KILL_REASONS`) before
+    its template containers finished; the caller deletes it and tries a new one."""
+
+    reason: str
+    message: str
+
+
+Verdict = Pending | Passed | Failed | Evicted
 
 
 def verdict(
@@ -68,13 +97,16 @@ def verdict(
 def _judge(pod: dict[str, Any], template_containers: frozenset[str], max_restarts: int) -> Verdict:
     restart_policy = pod.get("spec", {}).get("restartPolicy", "Always")
     statuses = {status["name"]: status for status in _container_statuses(pod)}
+    passed = all(_exited_zero(statuses.get(name)) for name in template_containers)
+    status = pod.get("status", {})
+    if not passed and status.get("phase") == "Failed" and status.get("reason") in NODE_KILL_REASONS:
+        return Evicted(status["reason"], status.get("message") or "the node killed the pod")
     for name in sorted(template_containers & statuses.keys()):
         failure = _container_failure(statuses[name], restart_policy, max_restarts)
         if failure is not None:
             return failure
-    if all(_exited_zero(statuses.get(name)) for name in template_containers):
+    if passed:
         return Passed()
-    status = pod.get("status", {})
     if status.get("phase") == "Failed":
         reason = status.get("reason") or "PodFailed"
         message = status.get("message") or "the pod failed"
@@ -115,6 +147,7 @@ def _container_failure(
             "CrashLoop",
             f"{_exit_message(name, failed)}; restarted {status['restartCount']} times",
             name,
+            previous=failed is last,
         )
     return None
 

@@ -3,8 +3,9 @@
 One run: read the template from the ConfigMap and build the pod (a `TemplateError` stops here,
 before anything is created); delete every earlier workload pod of the check on the node and
 wait until they are gone; create the pod and watch it until `verdict` says Passed or Failed, or
-the timeout. A pod that disappears first (deleted by a person, evicted, drained) is replaced,
-after a backoff, a bounded number of times. The pod is then deleted, and an Event on the Node
+the timeout. A pod that disappears first (deleted by a person, drained) or that its node kills
+(`Evicted`: still there, phase Failed) is deleted and replaced, after a backoff, a bounded
+number of times. The pod is then deleted, and an Event on the Node
 records the outcome. The status file is the caller's business.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from gpuctrl.validator._pod import (
 from gpuctrl.validator._template import TemplateError, TemplateSource, render_template
 from gpuctrl.validator._verdict import (
     DEFAULT_MAX_RESTARTS,
+    Evicted,
     Failed,
     Passed,
     Pending,
@@ -211,8 +214,8 @@ async def _run_pods(
         try:
             result = await _await_verdict(client, created, containers, retry, deadline)
             if isinstance(result, Failed) and result.container is not None:
-                log = await _log_tail(client, check.namespace, name, result.container)
-                result = Failed(result.reason, f"{result.message}\n{log}", result.container)
+                log = await _log_tail(client, check.namespace, name, result)
+                result = dataclasses.replace(result, message=f"{result.message}\n{log}")
         finally:
             await client.delete(_PODS, name, check.namespace)
         if result is not None:
@@ -220,7 +223,8 @@ async def _run_pods(
         _log.warning("workload pod %s disappeared before a verdict; replacing it", name)
     return Failed(
         "Disappeared",
-        f"{retry.max_recreations + 1} {check.check} workload pods disappeared before a verdict",
+        f"{retry.max_recreations + 1} {check.check} workload pods disappeared before a verdict "
+        "(deleted, or killed by the node)",
     )
 
 
@@ -240,7 +244,8 @@ async def _await_verdict(
     retry: RetryPolicy,
     deadline: float,
 ) -> Passed | Failed | None:
-    """The pod's verdict, a timeout failure at ``deadline``, or None if the pod disappeared."""
+    """The pod's verdict, a timeout failure at ``deadline``, or None if the pod disappeared or
+    its node killed it."""
     last = verdict(pod, containers, retry.max_restarts)
     name = pod["metadata"]["name"]
     try:
@@ -248,6 +253,9 @@ async def _await_verdict(
             judged = _verdicts(client, pod, containers, retry)
             async with contextlib.aclosing(judged):
                 async for last in judged:
+                    if isinstance(last, Evicted):
+                        _log.warning("node killed workload pod %s: %s", name, last.reason)
+                        return None
                     if not isinstance(last, Pending):
                         return last
             return None
@@ -289,10 +297,15 @@ async def _verdicts(
             await asyncio.sleep(1)
 
 
-async def _log_tail(client: Client, namespace: str, pod: str, container: str) -> str:
-    """The last lines of the container's log, or why they cannot be had."""
+async def _log_tail(client: Client, namespace: str, pod: str, failure: Failed) -> str:
+    """The last lines of the log of the failure's container (of its previous run if it
+    restarted since), or why they cannot be had."""
+    assert failure.container is not None
+    container = failure.container
     path = _PODS.path(namespace, pod, "log")
     query: dict[str, str | int | bool] = {"container": container, "tailLines": _LOG_LINES}
+    if failure.previous:
+        query["previous"] = True
     limits = aiohttp.ClientTimeout(total=_LOG_TIMEOUT_SECONDS)
     try:
         async with client.stream(path, query, limits) as response:

@@ -36,7 +36,6 @@ POD_NAME_ENV = "GPUCTRL_POD_NAME"
 POD_UID_ENV = "GPUCTRL_POD_UID"
 
 DEFAULT_CONFIGMAP = "gpuctrl-validator-workloads"
-DEFAULT_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
 
 _PASSED, _FAILED, _INVALID = 0, 1, 2
 
@@ -130,12 +129,15 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="the same mapping as JSON text (the DaemonSet passes $(GPUCTRL_VALIDATOR_WORKLOADS))",
     )
-    parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"(default {DEFAULT_IMAGE})")
+    parser.add_argument(
+        "--image",
+        help="image of the workload pods (default: the overrides' image, else the API's "
+        "default: NVIDIA's CUDA vectorAdd sample)",
+    )
     parser.add_argument(
         "--image-pull-policy",
-        default="IfNotPresent",
         choices=["Always", "IfNotPresent", "Never"],
-        help="(default IfNotPresent)",
+        help="(default: the overrides' imagePullPolicy, else IfNotPresent)",
     )
 
 
@@ -183,8 +185,8 @@ async def _run_workload(args: argparse.Namespace) -> tuple[bool, str]:
         namespace=args.namespace,
         node_name=args.node,
         configmap=args.templates_configmap or overrides.config_map_name or DEFAULT_CONFIGMAP,
-        image=args.image,
-        image_pull_policy=args.image_pull_policy,
+        image=args.image or overrides.image,
+        image_pull_policy=args.image_pull_policy or overrides.image_pull_policy,
         overrides=overrides,
         owner=_own_pod(os.environ),
         timeout=args.timeout or float(overrides.timeout_seconds),

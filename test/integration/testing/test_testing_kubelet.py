@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuctrl.testing import (
     BEHAVIOR_ANNOTATION,
@@ -217,6 +218,37 @@ async def test_on_failure_restarts_and_unpullable_image_backs_off(
 
     await eventually(restarted)
     await eventually(backing_off)
+
+
+async def test_container_logs_are_served_through_the_apiserver(
+    gpu_nodes: SimulatedKubelet, kube_api: ApiClient, namespace: str
+):
+    node = gpu_nodes.nodes[0].name
+    log = "".join(f"line {i}\n" for i in range(1, 6))
+    crash = json.dumps({"main": {"exitCode": 3, "runSeconds": 0.05, "log": log}})
+    metadata = {"annotations": {BEHAVIOR_ANNOTATION: crash}}
+    await create_pod_on(
+        kube_api, namespace, node, pod_manifest("talker", "OnFailure", metadata=metadata)
+    )
+    await create_pod_on(kube_api, namespace, node, pod_manifest("quiet", "Always"))
+    core = client.CoreV1Api(kube_api)
+
+    async def restarted() -> None:
+        pod = await read_pod(kube_api, namespace, "talker")
+        assert container_statuses(pod)[0]["restartCount"] >= 1
+
+    await eventually(restarted)
+    await eventually(lambda: _phase_is(kube_api, namespace, "quiet", "Running"))
+
+    assert await core.read_namespaced_pod_log("talker", namespace) == log
+    tail = await core.read_namespaced_pod_log("talker", namespace, tail_lines=2, previous=True)
+    assert tail == "line 4\nline 5\n"
+    assert await core.read_namespaced_pod_log("quiet", namespace) == ""
+    with pytest.raises(ApiException) as refused:
+        await core.read_namespaced_pod_log("quiet", namespace, previous=True)
+    assert refused.value.status == 400
+    message = json.loads(refused.value.body)["message"]
+    assert message == 'previous terminated container "main" in pod "quiet" not found'
 
 
 async def test_invalid_behavior_annotation_is_reported_in_pod_status(

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from api.v1alpha1 import ValidatorWorkloads
 from gpuctrl.cli import main
 from gpuctrl.runtime import new_api_client
-from gpuctrl.testing import BEHAVIOR_ANNOTATION, ControlPlane, SimulatedKubelet
+from gpuctrl.testing import BEHAVIOR_ANNOTATION, ContainerBehavior, ControlPlane, SimulatedKubelet
 from gpuctrl.validator import (
     Failed,
     Passed,
@@ -39,6 +40,17 @@ pytestmark = pytest.mark.controlplane
 
 # Short backoff and watches, so that a replacement pod or a re-watch costs little time here.
 QUICK = RetryPolicy(backoff=0.2, watch_seconds=10)
+# A pod whose container is retried (restartPolicy OnFailure), unlike the built-in templates'.
+RETRYING_POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {generateName: retrying-}
+spec:
+  restartPolicy: OnFailure
+  containers: [{name: work, image: "{{ image }}"}]
+"""
+# Keeps a stale pod in place after its deletion, until the test removes it.
+HOLD_FINALIZER = "test.gpuctrl.io/hold"
 # A Pod in form, but not one the apiserver accepts (a container name is not a DNS label).
 INVALID_POD = """\
 apiVersion: v1
@@ -82,13 +94,15 @@ class PodHistory:
     def __init__(self) -> None:
         self.created: dict[str, dict[str, Any]] = {}  # name -> the pod as first seen
         self.latest: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[str, str]] = []  # (watch event type, pod name), in order
         self.changed = asyncio.Event()
 
-    def add(self, pod: dict[str, Any]) -> None:
-        """Record ``pod`` as seen now."""
+    def add(self, pod: dict[str, Any], kind: str = "ADDED") -> None:
+        """Record ``pod`` as seen now, in a watch event of type ``kind``."""
         name = pod["metadata"]["name"]
         self.created.setdefault(name, pod)
         self.latest[name] = pod
+        self.events.append((kind, name))
         self.changed.set()
 
     def workload_pods(self, check: str = "cuda") -> list[dict[str, Any]]:
@@ -118,7 +132,7 @@ async def pod_history(kube_api: ApiClient, namespace: str) -> AsyncIterator[PodH
                         namespace,
                         resource_version=listing.metadata.resource_version,
                     ):
-                        history.add(event["raw_object"])
+                        history.add(event["raw_object"], event["type"])
             except (aiohttp.ClientError, ApiException):
                 await asyncio.sleep(0.2)
 
@@ -167,6 +181,47 @@ async def test_cuda_check_passes_writes_status_and_records_event(
     )
     outcomes = [(e.involved_object.kind, e.reason, e.type, e.message) for e in events.items]
     assert outcomes == [("Node", "ValidationPassed", "Normal", "cuda validation passed")]
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_cli_takes_timeout_and_image_from_overrides_and_records_a_warning_on_failure(
+    control_plane: ControlPlane,
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+    pod_history: PodHistory,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    node = gpu_nodes.nodes[0].name
+    behavior = json.dumps({"cuda-validation": {"neverExits": True}})
+    overrides = {"timeoutSeconds": 2, "annotations": {BEHAVIOR_ANNOTATION: behavior}}
+    argv = [
+        "validate", "cuda", "--node", node, "--namespace", namespace,
+        "--kubeconfig", str(control_plane.kubeconfig), "--output-dir", str(tmp_path),
+        "--overrides", json.dumps(overrides),
+    ]  # fmt: skip
+
+    # Far less than the default timeout (300 s): only the overrides' 2 s can end it in time.
+    code = await asyncio.wait_for(asyncio.to_thread(main, argv), 60)
+
+    assert code == 1
+    assert "Timeout: no verdict on workload pod" in capsys.readouterr().err
+    assert not status_path(tmp_path, "cuda").exists()
+    [pod] = pod_history.workload_pods()
+    images = {c["image"] for c in _containers(pod)}
+    assert images == {ValidatorWorkloads().image}
+    events = await client.CoreV1Api(kube_api).list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={node}"
+    )
+    [event] = events.items
+    assert (event.involved_object.kind, event.reason, event.type) == (
+        "Node",
+        "ValidationFailed",
+        "Warning",
+    )
+    assert event.message.startswith(f"no verdict on workload pod {pod['metadata']['name']}")
 
 
 @pytest.mark.gpu_nodes(count=1)
@@ -238,6 +293,46 @@ async def test_pod_deleted_from_outside_is_replaced_then_passes(
 
 
 @pytest.mark.gpu_nodes(count=1)
+async def test_pod_evicted_by_its_node_is_deleted_and_replaced_then_passes(
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+    pod_history: PodHistory,
+) -> None:
+    # The first pod's work never ends, so its simulated kubelet has nothing more to report and
+    # leaves the status the test writes alone; the replacement runs as usual.
+    first_uid: list[str] = []
+
+    def first_pod(pod: Mapping[str, Any]) -> bool:
+        first_uid[:] = first_uid or [pod["metadata"]["uid"]]
+        return bool(pod["metadata"]["uid"] == first_uid[0])
+
+    gpu_nodes.set_behavior(
+        behavior=ContainerBehavior(never_exits=True), match=first_pod, container="cuda-validation"
+    )
+    run = asyncio.create_task(
+        run_workload_check(kube_api, _check(namespace, gpu_nodes.nodes[0].name), QUICK)
+    )
+    first = await _wait_for(pod_history, lambda: _running_workload_pod(pod_history))
+
+    evicted = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on memory."}
+    core = client.CoreV1Api(kube_api)
+    await core.patch_namespaced_pod_status(first, namespace, {"status": evicted})
+    result = await asyncio.wait_for(run, 30)
+
+    assert result == Passed()
+    names = [pod["metadata"]["name"] for pod in pod_history.workload_pods()]
+    assert len(names) == 2
+    assert names[0] == first
+    assert pod_history.latest[first]["status"]["reason"] == "Evicted"
+    assert await _workload_pods_left(kube_api, namespace, "cuda") == []
+    with pytest.raises(ApiException) as gone:
+        await core.read_namespaced_pod(first, namespace)
+    assert gone.value.status == 404
+
+
+@pytest.mark.gpu_nodes(count=1)
 async def test_pod_that_keeps_disappearing_fails_after_bounded_replacements(
     kube_api: ApiClient,
     namespace: str,
@@ -291,16 +386,39 @@ async def test_watch_survives_an_apiserver_restart(
 async def test_container_exiting_1_fails_with_its_exit_code(
     kube_api: ApiClient, namespace: str, gpu_nodes: SimulatedKubelet, workload_templates: str
 ) -> None:
-    check = _check(
-        namespace, gpu_nodes.nodes[0].name, behavior={"cuda-validation": {"exitCode": 1}}
-    )
+    log = "".join(f"vectorAdd line {i}\n" for i in range(1, 31))
+    behavior = {"cuda-validation": {"exitCode": 1, "log": log}}
+    check = _check(namespace, gpu_nodes.nodes[0].name, behavior=behavior)
 
     result = await run_workload_check(kube_api, check, QUICK)
 
     assert isinstance(result, Failed)
     assert result.container == "cuda-validation"
     assert "container cuda-validation exited with code 1" in result.message
-    assert "logs of cuda-validation unavailable" in result.message  # no log endpoint here
+    last_lines = "".join(f"vectorAdd line {i}\n" for i in range(11, 31)).rstrip()
+    assert result.message.endswith(f"last lines of the log of cuda-validation:\n{last_lines}")
+    assert "vectorAdd line 10\n" not in result.message
+    assert await _workload_pods_left(kube_api, namespace, "cuda") == []
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_crash_looping_container_fails_quoting_its_previous_runs_log(
+    kube_api: ApiClient, namespace: str, gpu_nodes: SimulatedKubelet, workload_templates: str
+) -> None:
+    await client.CoreV1Api(kube_api).create_namespaced_config_map(
+        namespace, {"metadata": {"name": "retrying"}, "data": {"cuda.yaml": RETRYING_POD}}
+    )
+    behavior = {"work": {"exitCode": 2, "runSeconds": 0.05, "log": "out of memory\n"}}
+    check = dataclasses.replace(
+        _check(namespace, gpu_nodes.nodes[0].name, behavior=behavior), configmap="retrying"
+    )
+
+    result = await run_workload_check(kube_api, check, RetryPolicy(max_restarts=2))
+
+    assert isinstance(result, Failed)
+    assert result.reason == "CrashLoop"
+    assert "container work exited with code 2" in result.message
+    assert result.message.endswith("last lines of the log of work:\nout of memory")
     assert await _workload_pods_left(kube_api, namespace, "cuda") == []
 
 
@@ -343,8 +461,9 @@ async def test_all_stale_pods_of_the_check_on_the_node_are_removed_first(
 ) -> None:
     node, other_node = (n.name for n in gpu_nodes.nodes)
     core = client.CoreV1Api(kube_api)
+    held = await _stale_pod(core, namespace, node, "cuda", finalizers=[HOLD_FINALIZER])
     stale = [
-        await _stale_pod(core, namespace, node, "cuda"),
+        held,
         await _stale_pod(core, namespace, node, "cuda"),
         await _stale_pod(core, namespace, node, "cuda"),
     ]
@@ -352,8 +471,10 @@ async def test_all_stale_pods_of_the_check_on_the_node_are_removed_first(
         await _stale_pod(core, namespace, other_node, "cuda"),
         await _stale_pod(core, namespace, node, "plugin"),
     ]
+    release = asyncio.create_task(_release_when_deleted(core, pod_history, namespace, held))
 
     result = await run_workload_check(kube_api, _check(namespace, node), QUICK)
+    await asyncio.wait_for(release, 5)
 
     assert result == Passed()
     existing = {pod.metadata.name for pod in (await core.list_namespaced_pod(namespace)).items}
@@ -361,8 +482,21 @@ async def test_all_stale_pods_of_the_check_on_the_node_are_removed_first(
     assert set(kept) <= existing
     earlier = {*stale, *kept}
     [workload] = [p for p in pod_history.workload_pods() if p["metadata"]["name"] not in earlier]
-    created = [pod_history.created[name]["metadata"]["creationTimestamp"] for name in stale]
-    assert workload["metadata"]["creationTimestamp"] >= max(created)
+    events = pod_history.events
+    held_gone = events.index(("DELETED", held))
+    assert events.index(("ADDED", workload["metadata"]["name"])) > held_gone, events
+
+
+async def _release_when_deleted(
+    core: client.CoreV1Api, history: PodHistory, namespace: str, name: str
+) -> None:
+    """Once pod ``name`` is being deleted, hold it a little longer, then drop its finalizer."""
+    await _wait_for(
+        history, lambda: history.latest.get(name, {}).get("metadata", {}).get("deletionTimestamp")
+    )
+    await asyncio.sleep(1.5)
+    remove = [{"op": "remove", "path": "/metadata/finalizers"}]
+    await core.patch_namespaced_pod(name, namespace, remove)
 
 
 @pytest.mark.gpu_nodes(count=1)
@@ -509,13 +643,20 @@ def _running_workload_pod(
     return None
 
 
-async def _stale_pod(core: client.CoreV1Api, namespace: str, node: str, check: str) -> str:
+async def _stale_pod(
+    core: client.CoreV1Api,
+    namespace: str,
+    node: str,
+    check: str,
+    finalizers: list[str] | None = None,
+) -> str:
     """A workload pod left over by an earlier run: labelled as one, never finishing."""
     pod = await core.create_namespaced_pod(
         namespace,
         {
             "metadata": {
                 "generateName": f"stale-{check}-",
+                "finalizers": finalizers or [],
                 "labels": {
                     "app.kubernetes.io/managed-by": "gpuctrl",
                     "gpuctrl.io/validation": check,

@@ -66,6 +66,12 @@ def test_spec_patch_drops_admission_taints_and_keeps_own():
     assert node_spec_patch(SimulatedNode("a", taints=[taint])) == {"spec": {"taints": [taint]}}
 
 
+def test_kubelet_endpoint_is_on_loopback_at_the_given_port():
+    status = node_manifest(SimulatedNode("a"), NOW, kubelet_port=40123)["status"]
+    assert {"type": "InternalDNS", "address": "127.0.0.1"} in status["addresses"]
+    assert status["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 40123}}
+
+
 def test_addresses_are_stable_and_distinct():
     a, b = SimulatedNode("node-a"), SimulatedNode("node-b")
     assert a.internal_ip == SimulatedNode("node-a").internal_ip

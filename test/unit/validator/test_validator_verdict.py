@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuctrl.validator import Failed, Passed, Pending, verdict
+from gpuctrl.validator import NODE_KILL_REASONS, Evicted, Failed, Passed, Pending, verdict
 
 TEMPLATE = frozenset({"work", "done"})
 
@@ -131,6 +131,34 @@ def _pod(
             Failed,
             id="rejected-by-kubelet",
         ),
+        *(
+            pytest.param(
+                _pod([_done("work", 137, "Error")], [], "Failed", reason=reason, message="m"),
+                Evicted,
+                id=f"killed-by-node-{reason}",
+            )
+            for reason in sorted(NODE_KILL_REASONS)
+        ),
+        pytest.param(
+            _pod(
+                [_running("work")],
+                [_waiting("done", "PodInitializing")],
+                "Failed",
+                reason="Evicted",
+            ),
+            Evicted,
+            id="evicted-mid-run",
+        ),
+        pytest.param(
+            _pod([_done("work")], [_done("done")], "Failed", reason="Evicted"),
+            Passed,
+            id="evicted-after-passing",
+        ),
+        pytest.param(
+            _pod([_done("work")], [], "Running", reason="Evicted"),
+            Pending,
+            id="eviction-reason-without-failed-phase",
+        ),
     ],
 )
 def test_verdict(pod: dict[str, Any], expected: type) -> None:
@@ -168,6 +196,29 @@ def test_crash_loop_counts_restarts() -> None:
     assert result.container == "work"
     assert "exited with code 3" in result.message
     assert "restarted 9 times" in result.message
+    assert result.previous, "the failed run is the previous one: its log is at previous=true"
+
+
+def test_crash_loop_failing_now_quotes_the_current_run() -> None:
+    pod = _pod([_done("work", 3, "Error", restarts=9)], [], restart_policy="OnFailure")
+
+    result = verdict(pod, TEMPLATE, max_restarts=3)
+
+    assert isinstance(result, Failed)
+    assert result.reason == "CrashLoop"
+    assert not result.previous
+
+
+def test_eviction_carries_the_nodes_reason_and_message() -> None:
+    pod = _pod(
+        [_done("work", 137, "Error")],
+        [],
+        "Failed",
+        reason="Evicted",
+        message="The node was low on resource: memory.",
+    )
+
+    assert verdict(pod, TEMPLATE) == Evicted("Evicted", "The node was low on resource: memory.")
 
 
 def test_a_pod_being_deleted_does_not_fail() -> None:
