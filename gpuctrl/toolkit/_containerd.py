@@ -75,16 +75,20 @@ def runtime_tables(
 ) -> tuple[str | None, dict[str, dict[str, Any]]]:
     """The runtime tables install wants, by name, and the runtime they are copied from.
 
-    The source is the default runtime, else ``runc``, else ``crun``; each table is a deep copy
-    of it with ``options.BinaryName`` set. When the default is one of ours (set by an earlier
-    install) it is still the source: its copy differs only in ``BinaryName``, which is replaced,
-    so installing again changes nothing. A file without runtimes gets containerd's built-in
-    ``runc`` spelled out first: containerd drops it as soon as the file defines any runtime.
+    The source is the default runtime unless it is an nvidia one (one of ``settings``' names,
+    or any ``nvidia*``: a stale table left by NVIDIA's toolkit or an earlier install must not
+    stand in for the user's runtime), else ``runc``, else ``crun``; each table is a deep copy
+    of it with ``options.BinaryName`` set. Installing twice with ``set_as_default`` stays
+    byte-identical because the agent edits the original recorded in the journal, never its own
+    output. A file without runtimes gets containerd's built-in ``runc`` spelled out first:
+    containerd drops it as soon as the file defines any runtime.
     """
     runtimes = t.get_in(data, (*cri, "containerd", "runtimes"))
     runtimes = runtimes if isinstance(runtimes, dict) else {}
     default = t.get_in(data, (*cri, "containerd", "default_runtime_name"))
-    candidates = [default] if isinstance(default, str) else []
+    ours = {name for name, _ in settings.runtimes()}
+    nvidia = isinstance(default, str) and (default in ours or default.startswith("nvidia"))
+    candidates = [default] if isinstance(default, str) and not nvidia else []
     source = next(
         (n for n in [*candidates, "runc", "crun"] if isinstance(runtimes.get(n), dict)), None
     )

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
-import threading
 from dataclasses import dataclass
 
 from gpuctrl.toolkit._agent import Report, Target, cleanup, diff, install, plan
@@ -93,18 +93,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_until_signalled(node: _Node, settings: Settings) -> None:
-    """install; wait for a stop signal (also one that came during install); cleanup."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
-    try:
-        _report(install(node.target, settings), node)
-        print("gpuctrl toolkit: installed; waiting for a stop signal", flush=True)
-        while not stop.wait(1.0):
-            pass
-        _report(cleanup(node.target), node)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    """install; wait for a stop signal (also one that came during install); cleanup.
+
+    The signal handlers do nothing in Python: the interpreter writes each signal's number to a
+    wakeup socket, which this blocks on. (A handler that sets a ``threading.Event`` deadlocks
+    when the signal lands while the main thread holds the event's lock inside ``wait``.)
+    Signals during cleanup are ignored; cleanup always finishes.
+    """
+    reader, writer = socket.socketpair()
+    with reader, writer:
+        writer.setblocking(False)
+        wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        previous = {sig: signal.signal(sig, _ignore) for sig in _STOP_SIGNALS}
+        try:
+            _report(install(node.target, settings), node)
+            print("gpuctrl toolkit: installed; waiting for a stop signal", flush=True)
+            while reader.recv(1)[0] not in _STOP_SIGNALS:
+                pass  # another signal with a Python handler
+            _report(cleanup(node.target), node)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            signal.set_wakeup_fd(wakeup)
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """The stop signals' handler: they are read from the wakeup socket instead."""
 
 
 def _report(report: Report, node: _Node) -> None:

@@ -88,7 +88,9 @@ def _check(original: bytes | None, tmp_path: Path, drop_in: bool) -> None:
         assert runtimes[name]["options"]["BinaryName"] == binary
     old = before["plugins"][CRI]["containerd"]
     assert _set(runtimes.get("runc")) == _set(old["runtimes"].get("runc"))
-    source = old["runtimes"].get(old["default_runtime_name"]) or old["runtimes"]["runc"]
+    default = old["default_runtime_name"]  # the source unless it is an nvidia one
+    names = [*([] if default.startswith("nvidia") else [default]), "runc", "crun"]
+    source = next(old["runtimes"][name] for name in names if name in old["runtimes"])
     copied = {k: v for k, v in runtimes["nvidia"]["options"].items() if k != "BinaryName"}
     assert _set(copied) == _set({k: v for k, v in source["options"].items() if k != "BinaryName"})
     assert _set(_without_ours(after)) == _set(_without_ours(before))

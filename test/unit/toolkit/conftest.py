@@ -25,6 +25,27 @@ def runc_table(data: bytes | None) -> Any:
     return node.get("runc") if node else {"runtime_type": "io.containerd.runc.v2"}
 
 
+def nvidia_copies(text: str, settings: Settings) -> dict[str, Any]:
+    """The runtime tables install must write, by the issue's rule: each a copy of the default
+    runtime (unless it is an nvidia one), else runc, else crun, else ``runtime_type`` alone,
+    with ``options.BinaryName`` set."""
+    data, version = load_config(text)
+    node: Any = data
+    for key in (*cri_path(data, version), "containerd"):
+        node = node.get(key, {}) if isinstance(node, dict) else {}
+    runtimes, default = node.get("runtimes", {}), node.get("default_runtime_name")
+    ours = {name for name, _ in settings.runtimes()}
+    first = [] if default in ours or str(default).startswith("nvidia") else [default]
+    source = next(
+        (runtimes[n] for n in [*first, "runc", "crun"] if n in runtimes),
+        {"runtime_type": "io.containerd.runc.v2"},
+    )
+    return {
+        name: {**source, "options": {**source.get("options", {}), "BinaryName": binary}}
+        for name, binary in settings.runtimes()
+    }
+
+
 @dataclass(frozen=True)
 class Node:
     """A node's containerd config folder and the agent's state folder, under a temp folder."""
@@ -131,3 +152,9 @@ def node(tmp_path: Path) -> Node:
 def runc() -> Any:
     """:func:`runc_table`, for the test modules."""
     return runc_table
+
+
+@pytest.fixture(scope="session")
+def copies() -> Any:
+    """:func:`nvidia_copies`, for the test modules."""
+    return nvidia_copies

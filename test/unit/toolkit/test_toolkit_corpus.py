@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 import types
 from collections.abc import Callable
@@ -40,15 +41,20 @@ def _settings(default: bool) -> Settings:
 @BOTH
 @pytest.mark.parametrize("original", LAYOUTS)
 def test_pure_edit_is_idempotent_and_reverts_exactly(
-    original: bytes | None, default: bool, runc: Callable[[bytes | None], Any]
+    original: bytes | None, default: bool, runc: Callable[[bytes | None], Any], copies: Any
 ) -> None:
-    text = (original or b"").decode()
-    edit = add_runtimes(text, _settings(default))
-    assert add_runtimes(edit.text, _settings(default)).text == edit.text
-    assert add_runtimes(edit.text, _settings(default)).changes == ()
+    text, settings = (original or b"").decode(), _settings(default)
+    edit = add_runtimes(text, settings)
+    runtimes = _runtimes(edit.text)
+    assert {name: runtimes[name] for name, _ in settings.runtimes()} == copies(text, settings)
+    if copies(edit.text, settings) == copies(text, settings):
+        # Else --set-as-default moved the default off a runtime that is not runc: editing
+        # install's own output would copy runc instead, which is why the agent always edits
+        # the original recorded in its journal (install twice == once: test_install_cleanup_*).
+        again = add_runtimes(edit.text, settings)
+        assert (again.text, again.changes) == (edit.text, ())
     assert revert_changes(edit.text, edit.changes) == text
     assert runc(edit.text.encode()) == runc(original)
-    runtimes = _runtimes(edit.text)
     assert runtimes["nvidia"]["options"]["BinaryName"].endswith("/nvidia-container-runtime")
     assert runtimes["nvidia-cdi"]["options"]["BinaryName"].endswith(".cdi")
     assert runtimes["nvidia-legacy"]["options"]["BinaryName"].endswith(".legacy")
@@ -104,9 +110,35 @@ def test_default_runtime_copied_and_previous_default_restored(node: Any) -> None
         == "/usr/local/nvidia/toolkit/nvidia-container-runtime"
     )
     assert runtimes["nvidia"]["options"]["SystemdCgroup"] is True  # crun's, not runc's
+    installed = node.read()
+    install(node.target(), _settings(True))  # the default is ours now; crun stays the source
+    assert node.read() == installed
     node.config.write_text("# ops\n" + node.config.read_text())
     cleanup(node.target())
     assert 'default_runtime_name = "crun"' in node.config.read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "default"),
+    [("nvidia", "nvidia"), ("gpu", "nvidia"), ("gpu", "gpu")],
+    ids=["ours", "nvidia-prefix", "renamed"],
+)
+def test_nvidia_default_is_not_copied(name: str, default: str, node: Any) -> None:
+    """A default runtime that is an nvidia one (left by NVIDIA's toolkit or an earlier install:
+    one of ours, or any nvidia*) is not the source: the runtimes copy runc's options instead
+    (its SystemdCgroup = true), and cleanup restores the file."""
+    text = (DATA / "nvidia-toolkit-leftover.toml").read_bytes().decode()
+    original = re.sub(r'(runtimes\.|")nvidia([.\]"])', rf"\g<1>{default}\2", text).encode()
+    node.write(original)
+    settings = Settings("/opt/nvidia", runtime_name=name, set_as_default=True)
+    install(node.target(), settings)
+    runtimes = _runtimes(node.config.read_text())
+    runc = runtimes["runc"]
+    assert runc["options"] == {"SystemdCgroup": True}
+    for runtime, binary in settings.runtimes():
+        assert runtimes[runtime] == runc | {"options": {**runc["options"], "BinaryName": binary}}
+    cleanup(node.target())
+    assert node.read() == original
 
 
 def test_default_changed_by_someone_else_is_kept(node: Any) -> None:
@@ -182,8 +214,11 @@ def _crash(monkeypatch: pytest.MonkeyPatch, crash_at: int, action: Callable[[], 
     monkeypatch.setattr(_fs, "os", _crashing_os([], 0))
 
 
-@pytest.mark.parametrize("drop_in", [False, True], ids=["in-place", "drop-in"])
-@pytest.mark.parametrize("original", DROP_IN_LAYOUTS)
+@pytest.mark.parametrize(
+    ("original", "drop_in"),
+    [pytest.param(data, False, id=f"{name}-in-place") for name, data in CORPUS.items()]
+    + [pytest.param(p.values[0], True, id=f"{p.id}-drop-in") for p in DROP_IN_LAYOUTS],
+)
 def test_crash_at_every_write_step(
     original: bytes | None, drop_in: bool, node: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

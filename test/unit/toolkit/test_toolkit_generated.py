@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuctrl.toolkit import Settings, add_runtimes, revert_changes
+from gpuctrl.toolkit import Settings, add_runtimes, containerd_drop_in, revert_changes
 
 CRI = {None: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 OURS = Settings("/usr/local/nvidia/toolkit", set_as_default=True)
@@ -27,9 +27,10 @@ leaves = st.dictionaries(st.sampled_from(["k_one", "k_two", "Root", "snap"]), sc
 
 
 @st.composite
-def configs(draw: st.DrawFn) -> tuple[str, bool]:
-    """A config text, and whether it already had a runtime named like one of ours."""
-    version = draw(st.sampled_from([None, 2, 3]))
+def configs(draw: st.DrawFn, versions: tuple[int | None, ...] = (None, 2, 3)) -> tuple[str, bool]:
+    """A config text of one of ``versions`` (None: no version key, i.e. version 1), and whether
+    it already had a runtime named like one of ours."""
+    version = draw(st.sampled_from(versions))
     cri = ("plugins", CRI[version])
     names = draw(st.lists(st.sampled_from(["runc", "crun", "kata", "nvidia"]), unique=True))
     tables: dict[tuple[str, ...], dict[str, Any]] = {}
@@ -83,13 +84,16 @@ def _value(value: Any, quote: str) -> str:
 @settings(max_examples=100, deadline=None)
 @given(config=configs(), ours=st.sampled_from([OURS, KEEP]))
 def test_generated_pure_properties(
-    config: tuple[str, bool], ours: Settings, runc: Callable[[bytes | None], Any]
+    config: tuple[str, bool], ours: Settings, runc: Callable[[bytes | None], Any], copies: Any
 ) -> None:
     text, had_ours = config
     tomllib.loads(text)
     edit = add_runtimes(text, ours)
-    again = add_runtimes(edit.text, ours)
-    assert (again.text, again.changes) == (edit.text, ())
+    runtimes = _plugin(edit.text)["containerd"]["runtimes"]
+    assert {name: runtimes[name] for name, _ in ours.runtimes()} == copies(text, ours)
+    if copies(edit.text, ours) == copies(text, ours):  # else the agent edits the original
+        again = add_runtimes(edit.text, ours)
+        assert (again.text, again.changes) == (edit.text, ())
     reverted = revert_changes(edit.text, edit.changes)
     assert tomllib.loads(reverted) == tomllib.loads(text)
     if not had_ours:
@@ -106,3 +110,45 @@ def test_generated_round_trip_and_third_party_edit(
     text, had_ours = config
     properties.round_trip(text.encode(), OURS, drop_in=False)
     properties.third_party_edit(text.encode(), OURS, exact=not had_ours)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs(versions=(2, 3)), ours=st.sampled_from([OURS, KEEP]))
+def test_generated_drop_in_round_trip(
+    config: tuple[str, bool], ours: Settings, properties: Any, copies: Any
+) -> None:
+    """Drop-in mode: install -> cleanup restores both files, install twice == once; the
+    drop-in holds the runtimes and (version 2: containerd 1.x replaces the whole plugin table)
+    every other setting of the main file's CRI table unchanged."""
+    text, _ = config
+    properties.round_trip(text.encode(), ours, drop_in=True)
+    _, drop = containerd_drop_in(text, "/etc/containerd/config.toml", "/d/99-nvidia.toml", ours)
+    plugin, original = _plugin(drop), _plugin(text)
+    containerd = plugin["containerd"]
+    runtimes = containerd["runtimes"]
+    assert {name: runtimes.pop(name) for name, _ in ours.runtimes()} == copies(text, ours)
+    if ours.set_as_default:
+        assert containerd.pop("default_runtime_name") == ours.runtime_name
+        original.get("containerd", {}).pop("default_runtime_name", None)
+    if tomllib.loads(text).get("version") == 2:
+        theirs = original.get("containerd", {}).get("runtimes", {})
+        if not theirs:  # containerd's built-in runc, spelled out
+            assert runtimes.pop("runc") == {"runtime_type": "io.containerd.runc.v2"}
+        for name, _ in ours.runtimes():
+            theirs.pop(name, None)
+        assert _pruned(plugin) == _pruned(original)
+
+
+def _plugin(text: str) -> dict[str, Any]:
+    """The CRI plugin's table of a config (empty if it has none)."""
+    data = tomllib.loads(text)
+    version = data.get("version")
+    for key in ("plugins", CRI[version]):
+        data = data.get(key, {})
+    return data
+
+
+def _pruned(table: dict[str, Any]) -> dict[str, Any]:
+    """``table`` without empty tables (at any depth)."""
+    out = {k: _pruned(v) if isinstance(v, dict) else v for k, v in table.items()}
+    return {k: v for k, v in out.items() if v != {}}
