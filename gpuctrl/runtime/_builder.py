@@ -58,7 +58,8 @@ def build_controller(
     max_concurrent_reconciles: int = 1,
     drain_timeout: float = 30.0,
 ) -> Controller:
-    """A `Controller` named ``name`` whose watches are registered on ``cache``'s informers.
+    """A `Controller` named ``name`` whose watches are registered on ``cache``'s informers;
+    it runs on ``cache.clock``.
 
     ``namespace`` limits every watch to one namespace; ``label_selector`` applies to the
     primary type only.
@@ -67,6 +68,7 @@ def build_controller(
         name,
         reconciler,
         max_concurrent_reconciles=max_concurrent_reconciles,
+        clock=cache.clock,
         drain_timeout=drain_timeout,
     )
     primary = cache.informer(for_, namespace=namespace, label_selector=label_selector)

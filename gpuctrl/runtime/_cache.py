@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._client import Client, Resource
+from ._clock import Clock, SystemClock
 from ._errors import CacheNotStarted
 from ._informer import Informer, Transform, drop_managed_fields
 from ._store import NAMESPACE_INDEX
@@ -27,7 +28,8 @@ class Cache:
     """Shared informers and reads from them.
 
     ``transforms`` picks a transform per resource (default: `drop_managed_fields`);
-    ``resync_period`` is handed to every informer (None: never resync).
+    ``resync_period`` is handed to every informer (None: never resync); so is ``clock``
+    (`SystemClock` unless given), kept as `clock` for the controllers built on this cache.
     """
 
     def __init__(
@@ -36,7 +38,9 @@ class Cache:
         *,
         transforms: Mapping[Resource, Transform] | None = None,
         resync_period: float | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self._client = client
         self._transforms = dict(transforms or {})
         self._resync_period = resync_period
@@ -64,6 +68,7 @@ class Cache:
                 field_selector=field_selector,
                 transform=self._transforms.get(resource, drop_managed_fields),
                 resync_period=self._resync_period,
+                clock=self.clock,
             )
             self._informers[key] = informer
             if self._started is not None:
@@ -77,6 +82,7 @@ class Cache:
             self._started = (tasks, stop)
             for informer in self._informers.values():
                 tasks.create_task(informer.start(stop))
+            await stop.wait()  # with no informer (yet), the group must stay open all the same
         self._started = None
 
     async def wait_for_sync(self) -> None:

@@ -2,8 +2,9 @@
 
 ``Clock`` is the abstract interface: ``now()`` (monotonic seconds) and ``call_at()`` (run a
 callback at a time on that scale, cancellable) are what an implementation provides; ``sleep``,
-``sleep_until`` and ``wait`` are built on them. ``SystemClock`` is the real one (the event
-loop's timers on ``time.monotonic``); ``gpuctrl.testing.FakeClock`` is virtual time for tests.
+``sleep_until``, ``wait`` and ``wait_tasks`` are built on them. ``SystemClock`` is the real
+one (the event loop's timers on ``time.monotonic``); ``gpuctrl.testing.FakeClock`` is virtual
+time for tests.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol, TypeVar
 
 __all__ = ["Clock", "SystemClock", "TimerHandle"]
@@ -66,6 +67,30 @@ class Clock(abc.ABC):
         finally:
             handle.cancel()
             waiter.cancel()
+
+    async def wait_tasks(
+        self, tasks: Collection[asyncio.Future[_T]], seconds: float
+    ) -> set[asyncio.Future[_T]]:
+        """Wait until every one of ``tasks`` is done or ``seconds`` passed (``asyncio.wait``
+        with a timeout, on this clock); return those still pending. Cancels none of them."""
+        pending = {task for task in tasks if not task.done()}
+        if not pending:
+            return pending
+        all_done = asyncio.Event()
+
+        def on_done(task: asyncio.Future[_T]) -> None:
+            pending.discard(task)
+            if not pending:
+                all_done.set()
+
+        for task in tasks:
+            task.add_done_callback(on_done)
+        try:
+            await self.wait(all_done, seconds)
+        finally:
+            for task in tasks:
+                task.remove_done_callback(on_done)
+        return {task for task in tasks if not task.done()}
 
 
 def _resolve(future: asyncio.Future[_T], value: _T) -> None:

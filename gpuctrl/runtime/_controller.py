@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from ._clock import Clock
+from ._clock import Clock, SystemClock
 from ._enqueue import Mapper, WatchHandler, request_for_object
 from ._errors import QueueShutDown, TerminalError
 from ._informer import Informer
@@ -82,7 +81,8 @@ class Controller:
     workers, until stopped. It needs the leader (a manager runs it only while leading).
 
     On stop it takes no new keys, waits up to ``drain_timeout`` seconds for the reconciles in
-    flight, then cancels what is left.
+    flight, then cancels what is left. ``clock`` (`SystemClock` unless given) times the work
+    queue's delays and backoff, the drain and the reconcile-time metric.
     """
 
     needs_leader = True
@@ -102,7 +102,10 @@ class Controller:
                 f"max_concurrent_reconciles must be >= 1, got {max_concurrent_reconciles}"
             )
         self.name = name
-        self.queue: WorkQueue[Request] = WorkQueue(name, clock=clock, rate_limiter=rate_limiter)
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self.queue: WorkQueue[Request] = WorkQueue(
+            name, clock=self._clock, rate_limiter=rate_limiter
+        )
         self._reconciler = reconciler
         self._workers = max_concurrent_reconciles
         self._drain_timeout = drain_timeout
@@ -132,7 +135,7 @@ class Controller:
             await stop.wait()
             self._stopping = True
             self.queue.shutdown()
-            _, pending = await asyncio.wait(workers, timeout=self._drain_timeout)
+            pending = await self._clock.wait_tasks(workers, self._drain_timeout)
             if pending:
                 log.warning("%s: cancelling %d reconciles still running", self.name, len(pending))
         finally:
@@ -159,7 +162,7 @@ class Controller:
         """Reconcile one key and apply the contract: the one switch over its outcomes."""
         token = LOG_CONTEXT.set({"controller": self.name, "key": str(request)})
         self._active.inc()
-        started = time.perf_counter()
+        started = self._clock.now()
         try:
             result = await _shielded_from_stray_cancellation(self._reconciler(request))
         except TerminalError:
@@ -181,7 +184,7 @@ class Controller:
             else:
                 self._outcomes["success"].inc()
         finally:
-            self._time.observe(time.perf_counter() - started)
+            self._time.observe(self._clock.now() - started)
             self._active.dec()
             LOG_CONTEXT.reset(token)
 

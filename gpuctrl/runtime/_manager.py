@@ -13,6 +13,12 @@ other way: leader runnables stop taking work and drain their in-flight reconcile
 ``graceful_shutdown_timeout``), the Lease is released, the other runnables, the caches and the
 HTTP server stop, and the API client is closed. Losing the Lease cancels the controllers at
 once, shuts down the same way and raises `LeaderElectionLost`.
+
+Time: one `Clock` (``clock``, `SystemClock` unless given) flows from the manager to the cache's
+informers (resyncs, reflector backoff), the controllers (queue delays, rate limits, drain), the
+leader election (retry, renew deadline) and the shutdown bound. Deadlines on real I/O (each
+request's ``request_timeout``, ``cache_sync_timeout``) stay in real seconds: a fake clock that
+jumps ahead while the loop waits on a socket must not fail a request that is merely slow.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from kubernetes_asyncio import client as k8s_client
 from ._builder import ControllerOptions, build_controller
 from ._cache import Cache
 from ._client import DEFAULT_REQUEST_TIMEOUT, Client, Resource, new_api_client
+from ._clock import Clock, SystemClock
 from ._controller import Controller, Reconciler
 from ._errors import LeaderElectionLost
 from ._http import ProbeServer
@@ -56,6 +63,7 @@ class Manager:
 
     ``http_port`` None serves no HTTP; 0 picks a free port (see `http_port`).
     ``leader_election`` None runs controllers without electing a leader.
+    ``clock`` is the one clock of everything the manager builds (see the module docstring).
     """
 
     def __init__(
@@ -70,11 +78,19 @@ class Manager:
         graceful_shutdown_timeout: float = 30.0,
         resync_period: float | None = None,
         transforms: dict[Resource, Transform] | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.client = Client(api_client, request_timeout=request_timeout)
-        self.cache = Cache(self.client, transforms=transforms, resync_period=resync_period)
+        self.cache = Cache(
+            self.client, transforms=transforms, resync_period=resync_period, clock=self.clock
+        )
         self._leader_election = leader_election
-        self._elector = LeaderElector(self.client, leader_election) if leader_election else None
+        self._elector = (
+            LeaderElector(self.client, leader_election, clock=self.clock)
+            if leader_election
+            else None
+        )
         self._probes = None if http_port is None else ProbeServer(http_host, http_port, self.ready)
         self._cache_sync_timeout = cache_sync_timeout
         self._graceful_timeout = graceful_shutdown_timeout
@@ -223,22 +239,23 @@ class Manager:
     ) -> None:
         self._synced = False
         leader_stop.set()
-        await _finish(leaders, self._graceful_timeout)
+        await _finish(leaders, self._graceful_timeout, self.clock)
         if self._elector is not None:
             await self._elector.release()
         base_stop.set()
-        await _finish(base, self._graceful_timeout)
+        await _finish(base, self._graceful_timeout, self.clock)
         if self._probes is not None:
             await self._probes.stop()
         await self.client.api_client.close()
         log.info("manager stopped")
 
 
-async def _finish(tasks: list[asyncio.Task[None]], seconds: float) -> None:
-    """Wait up to ``seconds`` for ``tasks`` to return, then cancel the rest; log their errors."""
+async def _finish(tasks: list[asyncio.Task[None]], seconds: float, clock: Clock) -> None:
+    """Wait up to ``seconds`` on ``clock`` for ``tasks`` to return, then cancel the rest; log
+    their errors."""
     if not tasks:
         return
-    _, pending = await asyncio.wait(tasks, timeout=seconds)
+    pending = await clock.wait_tasks(tasks, seconds)
     for task in pending:
         task.cancel()
     for result in await asyncio.gather(*tasks, return_exceptions=True):

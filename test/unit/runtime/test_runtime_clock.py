@@ -130,6 +130,30 @@ async def test_fake_wait_for_an_event(
     assert clock.now() == returns_at
 
 
+@pytest.mark.parametrize(
+    ("finish_at", "pending_after", "returns_at"),
+    [
+        pytest.param((1.0, 2.0), 0, 2.0, id="all done before the deadline"),
+        pytest.param((1.0, 9.0), 1, 5.0, id="one still running at the deadline"),
+        pytest.param((), 0, 0.0, id="nothing to wait for"),
+    ],
+)
+async def test_fake_wait_for_tasks(
+    clock: FakeClock, finish_at: tuple[float, ...], pending_after: int, returns_at: float
+) -> None:
+    tasks = [asyncio.create_task(clock.sleep(seconds)) for seconds in finish_at]
+    waiter = asyncio.create_task(clock.wait_tasks(tasks, 5.0))
+    await clock.step()
+    while not waiter.done():
+        await clock.step(1.0)
+    assert len(waiter.result()) == pending_after
+    assert clock.now() == returns_at
+    assert all(not task.cancelled() for task in tasks)  # wait_tasks cancels nothing
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def test_a_cancelled_sleep_leaves_no_timer(clock: FakeClock) -> None:
     sleeper = asyncio.create_task(clock.sleep(10.0))
     await clock.step()

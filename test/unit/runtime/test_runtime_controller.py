@@ -196,13 +196,31 @@ async def test_drain_is_bounded_a_hung_reconcile_is_cancelled(
             cancelled.set()
             raise
 
-    running = start(hangs, drain_timeout=0.05)
+    running = start(hangs, drain_timeout=30.0)
     running.controller.queue.add(A)
     await running.clock.step()
     running.stop.set()
-    await asyncio.wait_for(running.task, 5)  # start returns although the reconcile never does
+    await running.clock.step(29.9)
+    assert not running.task.done()  # the drain waits on the controller's clock ...
+    await running.clock.step(0.1)
+    assert running.task.done()  # ... and returns at its bound although the reconcile never does
+    await running.task
     assert cancelled.is_set()
     assert "cancelling 1 reconciles still running" in caplog.text
+
+
+async def test_reconcile_time_is_measured_on_the_controllers_clock(
+    start: Callable[..., Running],
+) -> None:
+    async def slow(request: Request) -> None:
+        await running.clock.sleep(3.0)
+
+    running = start(slow)
+    running.controller.queue.add(A)
+    await running.run_until(
+        lambda: running.metric("controller_runtime_reconcile_total", result="success") == 1
+    )
+    assert running.metric("controller_runtime_reconcile_time_seconds_sum") == 3.0
 
 
 async def test_reconciler_logs_carry_controller_and_key() -> None:

@@ -1,0 +1,135 @@
+"""One injected clock flows from a Manager to its informers, controllers and leader election.
+
+Each test builds a Manager on a hand-stepped FakeClock and an API server address where nothing
+listens, and observes timing that only the fake clock can produce: requests fail at once, so
+whatever waits afterwards waits on the clock it was given.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from gpuctrl.runtime import LeaderElection, Manager, Request, Resource, Result
+from gpuctrl.testing import FakeClock, eventually
+
+CONFIGMAPS = Resource("v1", "ConfigMap", "configmaps")
+
+
+@pytest.fixture
+async def manager(clock: FakeClock) -> AsyncIterator[Callable[..., Manager]]:
+    """Builds managers on ``clock`` whose API server refuses connections (closed after)."""
+    clients: list[ApiClient] = []
+
+    def build(**options: object) -> Manager:
+        clients.append(ApiClient(Configuration(host="http://127.0.0.1:1")))
+        return Manager(clients[-1], http_port=None, clock=clock, **options)  # type: ignore[arg-type]
+
+    yield build
+    for client in clients:
+        await client.close()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Let real I/O (refused connections) happen until ``condition`` holds (5 s at most)."""
+    await eventually(condition, within=5, interval=0.01)
+
+
+async def next_wait(clock: FakeClock) -> float:
+    """The deadline of the first timer set on ``clock``, once something waits on it."""
+
+    def pending() -> float:
+        deadline = clock.next_deadline
+        assert deadline is not None, "nothing waits on the clock yet"
+        return deadline
+
+    return await eventually(pending, within=5, interval=0.01)
+
+
+async def test_informers_back_off_on_the_managers_clock(
+    manager: Callable[..., Manager], clock: FakeClock
+) -> None:
+    cache = manager().cache
+    cache.informer(CONFIGMAPS)
+    stop = asyncio.Event()
+    running = asyncio.create_task(cache.start(stop))
+    try:
+        first = await next_wait(clock)
+        assert 0.6 <= first <= 0.8  # the first pause: 0.8 s, jittered
+        await clock.step(first)
+        second = await next_wait(clock)
+        assert 1.2 <= second - first <= 1.6  # doubled, in fake time
+    finally:
+        stop.set()
+        await running
+
+
+async def test_controllers_requeue_on_the_managers_clock(
+    manager: Callable[..., Manager], clock: FakeClock
+) -> None:
+    calls: list[float] = []
+
+    async def requeue(request: Request) -> Result:
+        calls.append(clock.now())
+        return Result(requeue_after=10.0)
+
+    built = manager()
+    controller = built.add_controller("clock-requeue", requeue, for_=CONFIGMAPS)
+    built.cache.informer(CONFIGMAPS).replace([])  # synced by hand: no server to list from
+    stop = asyncio.Event()
+    running = asyncio.create_task(built.start(stop))
+    try:
+        controller.queue.add(Request("ns", "a"))
+        await until(lambda: len(calls) == 1)
+        await clock.step(9.9)
+        assert len(calls) == 1
+        await clock.step(0.1)
+        await until(lambda: len(calls) == 2)
+        assert calls == [0.0, 10.0]
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 5)
+
+
+async def test_controllers_drain_for_the_graceful_timeout_in_fake_time(
+    manager: Callable[..., Manager], clock: FakeClock
+) -> None:
+    reconciling, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def hangs(request: Request) -> None:
+        reconciling.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    built = manager(graceful_shutdown_timeout=30.0)
+    controller = built.add_controller("clock-drain", hangs, for_=CONFIGMAPS)
+    built.cache.informer(CONFIGMAPS).replace([])  # synced by hand: no server to list from
+    stop = asyncio.Event()
+    running = asyncio.create_task(built.start(stop))
+    controller.queue.add(Request("ns", "a"))
+    await until(reconciling.is_set)
+    stop.set()
+    await clock.step(29.9)
+    assert not running.done()  # the drain waits on the manager's clock ...
+    await clock.step(0.1)
+    await asyncio.wait_for(running, 5)  # ... and ends at its bound, cancelling the reconcile
+    assert cancelled.is_set()
+
+
+async def test_leader_election_retries_on_the_managers_clock(
+    manager: Callable[..., Manager], clock: FakeClock
+) -> None:
+    built = manager(leader_election=LeaderElection("lease", "ns", retry_period=2.0))
+    stop = asyncio.Event()
+    running = asyncio.create_task(built.start(stop))
+    try:
+        deadline = await next_wait(clock)
+        assert 2.0 <= deadline <= 2.2  # retry_period, jittered +10 %
+        assert not built.is_leader
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 5)
