@@ -113,11 +113,12 @@ def containerd_defaults(
 
 
 class RuntimeImage(Image):
-    """NVIDIA's container-toolkit image, the source of the NVIDIA runtime binaries.
+    """NVIDIA's container-toolkit image, whose installer puts the NVIDIA runtimes on the host.
 
     Its fields are NVIDIA's ``toolkit.repository``/``image``/``version``; it is pulled with
     the toolkit section's ``imagePullPolicy`` and ``imagePullSecrets``. The tag must name an
-    image with a shell (NVIDIA's ``-ubuntu20.04`` or ``-ubi8`` variants).
+    image with a shell and NVIDIA's ``nvidia-toolkit`` installer (NVIDIA's ``-ubuntu20.04`` or
+    ``-ubi8`` variants of v1.17).
     """
 
     repository: str = Field(default="nvcr.io/nvidia/k8s", description="Image registry/path.")
@@ -132,8 +133,9 @@ class ToolkitSpec(Component):
     """gpuctrl's toolkit agent: installs the NVIDIA container runtime and configures containerd.
 
     ``repository``/``image``/``version`` name gpuctrl's agent image (the main container); an
-    init container of ``runtimeImage`` (NVIDIA's container-toolkit) first copies the NVIDIA
-    runtime binaries into ``<installDir>/toolkit`` on the host.
+    init container of ``runtimeImage`` (NVIDIA's container-toolkit) first runs NVIDIA's
+    installer, which writes the NVIDIA runtimes, their wrappers and their config into
+    ``<installDir>/toolkit`` on the host and exits without touching containerd.
     """
 
     repository: str = Field(
@@ -151,8 +153,9 @@ class ToolkitSpec(Component):
     )
     runtime_image: RuntimeImage = Field(
         default_factory=RuntimeImage,
-        description="NVIDIA's container-toolkit image whose runtime binaries an init container "
-        "copies into <installDir>/toolkit (NVIDIA's toolkit repository/image/version).",
+        description="NVIDIA's container-toolkit image whose installer an init container runs "
+        "to install the NVIDIA runtimes into <installDir>/toolkit (NVIDIA's toolkit "
+        "repository/image/version).",
     )
     containerd: ContainerdSettings = Field(
         default_factory=ContainerdSettings,

@@ -6,8 +6,12 @@ The agents' command lines are the contract (``gpuctrl toolkit --help``, ``gpuctr
 - toolkit: ``toolkit run --host-root /host`` (the host's root is mounted there) with the
   runtime dir, state dir and runtime name, plus the options for the policy's set
   `api.v1alpha1.ContainerdSettings` fields; the agent detects the rest on the node. An init
-  container of NVIDIA's container-toolkit image (``toolkit.runtimeImage``) first copies the
-  runtime binaries into the runtime dir, ``<installDir>/toolkit`` on the host.
+  container of NVIDIA's container-toolkit image (``toolkit.runtimeImage``) first runs NVIDIA's
+  installer (``nvidia-toolkit``) with ``ROOT=<installDir>``, so the runtimes, their wrappers
+  and their ``.config/nvidia-container-runtime/config.toml`` land in the runtime dir,
+  ``<installDir>/toolkit`` on the host. v1.17's installer always configures a runtime too:
+  it is given a throw-away containerd config inside its own container, restart mode ``none``
+  and ``NO_DAEMON``, so it exits after installing and leaves containerd to the agent.
 - validator: one init container per check running ``validate <check> --output-dir
   /run/gpuctrl/validations`` (driver, toolkit, cuda, plugin), that folder being a hostPath shared
   by every container of the pod, so each ``<check>-ready`` lands on the host. The toolkit check
@@ -69,14 +73,11 @@ _VALIDATOR_PERMISSIONS = Permissions(
 # The host's root as the toolkit agent sees it, and where it keeps its journal (a host path).
 TOOLKIT_HOST_ROOT = "/host"
 TOOLKIT_STATE_DIR = "/var/lib/gpuctrl/toolkit"
-# Where the NVIDIA container-toolkit image keeps the runtime binaries and their libraries.
-_RUNTIME_SOURCES = (
-    "/usr/bin/nvidia-container-runtime*",
-    "/usr/bin/nvidia-ctk",
-    "/usr/bin/nvidia-container-cli",
-    "/usr/lib/*/libnvidia-container*.so*",
-    "/usr/lib64/libnvidia-container*.so*",
-)
+# NVIDIA's installer (tools/container/nvidia-toolkit in nvidia-container-toolkit v1.17) reads
+# these; the containerd config it insists on writing is a file in the init container only.
+_INSTALLER_RUNTIME_CONFIG = "/tmp/unused-containerd-config.toml"
+# The driver root the toolkit's config names without a driver container: the host's own root.
+_HOST_DRIVER_ROOT = "/"
 # The validator's mounts: the host's root for the driver check; a driver container's root;
 # the status folder (the same path on the host and in every container).
 VALIDATOR_HOST_ROOT = "/host"
@@ -111,15 +112,33 @@ def render_toolkit(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str,
     installer = {
         "image": image_reference(toolkit.runtime_image),
         "install_dir": toolkit.install_dir,
-        "runtime_dir": _runtime_dir(toolkit),
-        "sources": " ".join(_RUNTIME_SOURCES),
+        "env": _installer_env(policy),
     }
     return objects + render_template("toolkit.yaml.j2", ds=ds, args=args, installer=installer)
 
 
 def _runtime_dir(toolkit: ToolkitSpec) -> str:
-    """The host folder holding NVIDIA's runtime binaries (copied there by the init container)."""
+    """The host folder NVIDIA's installer puts the runtimes in: ``<installDir>/toolkit``."""
     return posixpath.join(toolkit.install_dir, "toolkit")
+
+
+def _installer_env(policy: ClusterPolicy) -> list[dict[str, str]]:
+    """The env of NVIDIA's installer: install into ``<installDir>/toolkit`` and exit, leaving
+    the node's containerd alone; the driver root is gpuctrl's driver container's when the
+    policy deploys one, else the host's (as GPU Operator's driver-ready file tells it)."""
+    toolkit = policy.spec.toolkit
+    driver_root = VALIDATOR_DRIVER_ROOT if policy.spec.driver.enabled else _HOST_DRIVER_ROOT
+    values = {
+        "ROOT": toolkit.install_dir,
+        "RUNTIME_DIR": _runtime_dir(toolkit),
+        "NO_DAEMON": "true",
+        "RUNTIME": "containerd",
+        "RUNTIME_CONFIG": _INSTALLER_RUNTIME_CONFIG,
+        "RUNTIME_RESTART_MODE": "none",
+        "NVIDIA_DRIVER_ROOT": driver_root,
+        "NVIDIA_VISIBLE_DEVICES": "void",
+    }
+    return [{"name": name, "value": value} for name, value in values.items()]
 
 
 def _toolkit_args(toolkit: ToolkitSpec, runtime_name: str) -> list[str]:

@@ -193,14 +193,19 @@ def test_every_check_writes_its_status_into_one_host_folder(stem: str, tmp_path:
 
 
 @pytest.mark.parametrize("stem", STEMS)
-def test_toolkit_runtime_binaries_are_copied_where_the_agent_points(
+def test_nvidias_installer_puts_the_runtimes_where_the_agent_points(
     stem: str, tmp_path: Path
 ) -> None:
     [(pod, agent)] = [c for c in _agent_containers(stem, tmp_path) if c[1]["name"] == "toolkit"]
     runtime_dir = Path(_parse(agent["args"]).runtime_dir)
     [installer] = pod["initContainers"]
     assert installer["image"].rsplit("/", 1)[-1].startswith("container-toolkit:")  # NVIDIA's
-    target = Path(_environment(installer)["RUNTIME_DIR"])
-    assert target == runtime_dir
-    # The agent writes runtime_dir into containerd's config as a host path: the copy lands there.
-    assert _host_path_of(pod, installer, target) == str(runtime_dir)
+    env = _environment(installer)
+    # NVIDIA's installer (v1.17 tools/container/nvidia-toolkit) installs into $ROOT/toolkit.
+    assert Path(env["ROOT"]) / "toolkit" == runtime_dir
+    assert Path(env["RUNTIME_DIR"]) == runtime_dir  # what the script checks afterwards
+    # The agent writes runtime_dir into containerd's config as a host path: the install lands
+    # there, and the containerd config the installer writes lands nowhere on the host.
+    assert _host_path_of(pod, installer, runtime_dir) == str(runtime_dir)
+    assert _host_path_of(pod, installer, Path(env["RUNTIME_CONFIG"])) is None
+    assert (env["NO_DAEMON"], env["RUNTIME_RESTART_MODE"]) == ("true", "none")

@@ -376,7 +376,7 @@ def test_toolkit_check_sees_every_gpu_through_the_runtime() -> None:
     assert "NVIDIA_VISIBLE_DEVICES" not in by_name["cuda-validation"]
 
 
-def test_toolkit_init_container_copies_from_the_policys_runtime_image() -> None:
+def test_toolkit_init_container_runs_nvidias_installer_from_the_policys_runtime_image() -> None:
     runtime = {"repository": "mirror.example.com/nvidia", "version": "v1.17.8-ubi8"}
     policy = _policy(
         toolkit={"runtimeImage": runtime, "installDir": "/opt/nvidia", "imagePullSecrets": ["s"]}
@@ -384,12 +384,33 @@ def test_toolkit_init_container_copies_from_the_policys_runtime_image() -> None:
     pod = _pod(render(policy, _facts()), "gpuctrl-toolkit")["spec"]
     [installer] = pod["initContainers"]
     assert installer["image"] == "mirror.example.com/nvidia/container-toolkit:v1.17.8-ubi8"
-    assert _env(installer)["RUNTIME_DIR"] == "/opt/nvidia/toolkit"
+    assert installer["command"] == ["sh", "-c"]
+    [script] = installer["args"]
+    assert script.split("\n")[1:3] == [
+        "nvidia-toolkit",
+        'test -x "$RUNTIME_DIR/nvidia-container-runtime"',
+    ]
+    assert _env(installer) == {
+        "ROOT": "/opt/nvidia",
+        "RUNTIME_DIR": "/opt/nvidia/toolkit",
+        "NO_DAEMON": "true",
+        "RUNTIME": "containerd",
+        "RUNTIME_CONFIG": "/tmp/unused-containerd-config.toml",
+        "RUNTIME_RESTART_MODE": "none",
+        "NVIDIA_DRIVER_ROOT": "/run/nvidia/driver",
+        "NVIDIA_VISIBLE_DEVICES": "void",
+    }
     assert installer["volumeMounts"] == [{"name": "install-dir", "mountPath": "/opt/nvidia"}]
     volume = next(v for v in pod["volumes"] if v["name"] == "install-dir")
     assert volume["hostPath"] == {"path": "/opt/nvidia", "type": "DirectoryOrCreate"}
     assert pod["imagePullSecrets"] == [{"name": "s"}]
     assert pod["containers"][0]["image"].startswith("ghcr.io/gpuctrl/gpuctrl:")
+
+
+def test_toolkit_config_names_the_hosts_root_as_driver_root_without_a_driver_container() -> None:
+    pod = _pod(render(_policy(driver={"enabled": False}), _facts()), "gpuctrl-toolkit")["spec"]
+    [installer] = pod["initContainers"]
+    assert _env(installer)["NVIDIA_DRIVER_ROOT"] == "/"
 
 
 def test_builtin_templates_go_into_the_workloads_config_map() -> None:
