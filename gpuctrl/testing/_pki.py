@@ -57,14 +57,7 @@ def write_pki(directory: Path) -> Pki:
     serving_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
     alt_names: list[x509.GeneralName] = [x509.DNSName(name) for name in _SERVING_DNS_NAMES]
     alt_names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVING_IPS]
-    serving_cert = (
-        _builder(serving_name, ca_name, serving_key.public_key(), ca_key.public_key(), now)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_key_usage(cert_sign=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    serving_cert = _serving_cert(serving_name, serving_key, ca_name, ca_key, alt_names, now)
     sa_key = ec.generate_private_key(ec.SECP256R1())
     pki = Pki(
         ca_file=directory / "ca.crt",
@@ -91,15 +84,26 @@ def self_signed_pair(common_name: str, ips: list[str]) -> tuple[bytes, bytes]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     alt_names = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
-    cert = (
-        _builder(name, name, key.public_key(), key.public_key(), now)
+    cert = _serving_cert(name, key, name, key, list(alt_names), now)
+    return cert.public_bytes(serialization.Encoding.PEM), _private_pem(key)
+
+
+def _serving_cert(
+    subject: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: x509.Name,
+    issuer_key: ec.EllipticCurvePrivateKey,
+    alt_names: list[x509.GeneralName],
+    now: datetime.datetime,
+) -> x509.Certificate:
+    return (
+        _builder(subject, issuer, key.public_key(), issuer_key.public_key(), now)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(cert_sign=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        .sign(key, hashes.SHA256())
+        .sign(issuer_key, hashes.SHA256())
     )
-    return cert.public_bytes(serialization.Encoding.PEM), _private_pem(key)
 
 
 def _builder(
