@@ -137,7 +137,7 @@ def _plan_files(target: Target, settings: Settings, journal: Journal | None) -> 
         data, version = load_config(_text(main.new))
         order = _load_order(target, Source(config, data), None)
         if version != 1:
-            check_later(version, order[1:], config, settings)
+            check_later(version, order[1:], config, settings, in_place=True)
         return [main]
     drop_in = _on_host(target, target.drop_in)
     main = _plan_file(

@@ -142,11 +142,14 @@ def runtime_tables(
                 f"runtime name {name!r} is taken: {t.dotted((*cri, 'containerd', 'runtimes'))}"
                 f".{format_key(name)} is not an NVIDIA runtime; choose another --runtime-name"
             )
+    v3 = cri[-1] == CRI[3]  # containerd 2.x keeps its built-in runc, merged with the file's
+    builtin = {"runtime_type": RUNC_V2, **runtimes.get("runc", {})} if v3 else None
     default = t.get_in(data, (*cri, "containerd", "default_runtime_name"))
     ours = {name for name, _ in settings.runtimes()}
     nvidia = isinstance(default, str) and (default in ours or default.startswith("nvidia"))
     candidates = [default] if isinstance(default, str) and not nvidia else []
-    source = next((n for n in [*candidates, "runc", "crun"] if _runc_based(runtimes.get(n))), None)
+    known = {**runtimes, "runc": builtin} if builtin else runtimes
+    source = next((n for n in [*candidates, "runc", "crun"] if _runc_based(known.get(n))), None)
     notes: tuple[str, ...] = ()
     if candidates and source != default and isinstance(runtimes.get(default), dict):
         kind = runtimes[default].get("runtime_type")
@@ -155,9 +158,7 @@ def runtime_tables(
             f"the default runtime {default!r} is not runc-based (runtime_type {kind!r}): the"
             f" NVIDIA runtimes are {instead} instead",
         )
-    v3 = cri[-1] == CRI[3]  # containerd 2.x keeps its built-in runc
-    clean: dict[str, Any] = {"runtime_type": RUNC_V2} if v3 else DEFAULT_RUNC
-    base = copy.deepcopy(runtimes[source]) if source else copy.deepcopy(clean)
+    base = copy.deepcopy(known[source]) if source else copy.deepcopy(DEFAULT_RUNC)
     tables: dict[str, dict[str, Any]] = {}
     if not runtimes and not v3:
         tables["runc"] = copy.deepcopy(DEFAULT_RUNC)

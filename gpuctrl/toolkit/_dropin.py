@@ -106,10 +106,13 @@ def _merged(base: Any, over: Any) -> Any:
     return out
 
 
-def check_later(version: int, later: Sequence[Source], ours: str, settings: Settings) -> None:
+def check_later(
+    version: int, later: Sequence[Source], ours: str, settings: Settings, in_place: bool = False
+) -> None:
     """Refuse files that containerd loads after ``ours`` (the file holding the NVIDIA
     runtimes) and that replace its CRI table (version 2: containerd 1.x) or override one of
-    install's keys in it (version 3: containerd 2.x merges)."""
+    install's keys in it (version 3: containerd 2.x merges) - or, ``in_place`` (``ours`` is the
+    main config), that define runtimes the copies would have to be made from."""
     cri = ("plugins", CRI[version])
     keys: list[tuple[str, ...]] = [
         ("containerd", "runtimes", name) for name, _ in settings.runtimes()
@@ -126,6 +129,8 @@ def check_later(version: int, later: Sequence[Source], ours: str, settings: Sett
                 " replaces the whole CRI table before it on containerd 1.x: use a drop-in"
                 " (--drop-in) that containerd loads after it"
             )
+        if in_place and t.get_in(theirs, ("containerd", "runtimes")) is not t.MISSING:
+            keys = [("containerd", "runtimes")]
         for path in keys:
             if t.get_in(theirs, path) is not t.MISSING:
                 raise InvalidConfig(
