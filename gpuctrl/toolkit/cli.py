@@ -65,7 +65,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         ("run", "install, then wait; on SIGTERM/SIGINT/SIGHUP/SIGQUIT clean up and exit"),
         ("plan", "print a unified diff of what install would change; change nothing"),
     ):
-        _add_install_options(actions.add_parser(name, help=summary, description=summary))
+        sub = actions.add_parser(name, help=summary, description=summary)
+        _add_install_options(sub)
+        if name == "run":
+            sub.add_argument(
+                "--resync-seconds",
+                type=float,
+                default=30.0,
+                help="install again this often, following later edits of the files a drop-in"
+                " copies (default: 30)",
+            )
     undo = "undo install as its journal records, then restart the runtime"
     _add_common_options(actions.add_parser("cleanup", help=undo, description=undo))
 
@@ -82,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "cleanup":
             _report(cleanup(node.target), node)
         else:
-            _run_until_signalled(node, _settings(args))
+            _run_until_signalled(node, _settings(args), args.resync_seconds)
         return 0
     except InvalidConfig as err:
         print(f"gpuctrl toolkit: invalid input, nothing changed: {err}", file=sys.stderr)
@@ -92,8 +101,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _run_until_signalled(node: _Node, settings: Settings) -> None:
-    """install; wait for a stop signal (also one that came during install); cleanup.
+def _run_until_signalled(node: _Node, settings: Settings, resync: float) -> None:
+    """install; wait for a stop signal (also one that came during install), installing again
+    every ``resync`` seconds - which re-derives a drop-in from the files it copies, so an
+    admin's later edit of them takes effect (and restarts the runtime); cleanup.
 
     The signal handlers do nothing in Python: the interpreter writes each signal's number to a
     wakeup socket, which this blocks on. (A handler that sets a ``threading.Event`` deadlocks
@@ -108,8 +119,15 @@ def _run_until_signalled(node: _Node, settings: Settings) -> None:
         try:
             _report(install(node.target, settings), node)
             print("gpuctrl toolkit: installed; waiting for a stop signal", flush=True)
-            while reader.recv(1)[0] not in _STOP_SIGNALS:
-                pass  # another signal with a Python handler
+            reader.settimeout(resync)
+            while True:
+                try:
+                    if reader.recv(1)[0] in _STOP_SIGNALS:
+                        break
+                except TimeoutError:
+                    report = install(node.target, settings)
+                    if report.changed:
+                        _report(report, node)
             _report(cleanup(node.target), node)
         finally:
             for sig, handler in previous.items():
