@@ -121,6 +121,8 @@ def locked(state_dir: str) -> Iterator[None]:
         try:
             os.makedirs(state_dir, mode=0o700, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            continue  # the agent that held the lock removed the folder in between
         except OSError as err:
             raise ToolkitError(
                 f"{state_dir}: cannot take the agent's lock: {err.strerror}"
