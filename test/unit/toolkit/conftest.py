@@ -52,6 +52,8 @@ def nvidia_copies(text: str, settings: Settings) -> dict[str, Any]:
     for key in (*cri_path(data, version), "containerd"):
         node = node.get(key, {}) if isinstance(node, dict) else {}
     runtimes, default = node.get("runtimes", {}), node.get("default_runtime_name")
+    if version == 3:  # containerd 2.x's built-in runc, merged with the file's
+        runtimes = {**runtimes, "runc": {"runtime_type": RUNC_V2, **runtimes.get("runc", {})}}
     ours = {name for name, _ in settings.runtimes()}
     first = [] if default in ours or str(default).startswith("nvidia") else [default]
     source = next(
