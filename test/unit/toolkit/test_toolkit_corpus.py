@@ -237,6 +237,7 @@ def test_crash_at_every_write_step(
         _assert_whole(node, original, installed)
         install(target, settings)  # again: finishes the job from the recorded original
         assert (node.read(), node.read(node.drop_in)) == installed
+        assert not list(node.root.rglob(f"*{_fs.TMP_SUFFIX}"))  # a killed write's are gone
         cleanup(target)
         assert (node.read(), node.read(node.drop_in)) == (original, None)
     for crash_at in range(1, cleanup_steps + 1):
