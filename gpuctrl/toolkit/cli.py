@@ -19,13 +19,17 @@ is invalid input, found before anything is written.
 from __future__ import annotations
 
 import argparse
+import os
+import posixpath
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuctrl.toolkit._agent import Report, Target, cleanup, diff, install, plan
 from gpuctrl.toolkit._errors import InvalidConfig, ToolkitError
+from gpuctrl.toolkit._fs import read_bytes
 from gpuctrl.toolkit._restart import (
     RestartMode,
     choose_unit,
@@ -34,6 +38,7 @@ from gpuctrl.toolkit._restart import (
     unit_candidates,
 )
 from gpuctrl.toolkit._settings import Settings
+from gpuctrl.toolkit._toml import load
 
 __all__ = ["configure", "run"]
 
@@ -162,10 +167,26 @@ def _node(args: argparse.Namespace) -> _Node:
         return in_container(args.host_root, path)
 
     root = args.host_root or "/"
+    config = _template_read(config, opened)
     drop_in = opened(drop_in) if drop_in else None
     target = Target(args.runtime, opened(config), opened(args.state_dir), drop_in, root)
     unit = _unit(args.restart_unit, restart_mode, distribution, root)
     return _Node(target, restart_mode, opened(sock), root, unit)
+
+
+def _template_read(config: str, opened: Callable[[str], str]) -> str:
+    """``config``, or for a k3s/RKE2 template the one k3s reads in its folder (host paths)."""
+    from gpuctrl.toolkit._template import GENERATED, TEMPLATES, template_read
+
+    if posixpath.basename(config) not in TEMPLATES:
+        return config
+    generated = read_bytes(opened(posixpath.join(posixpath.dirname(config), GENERATED)))
+    try:
+        text = (generated or b"").decode("utf-8", "surrogateescape")
+        version = load(text).get("version", 1) if generated is not None else None
+    except InvalidConfig:
+        version = None
+    return template_read(config, lambda path: os.path.exists(opened(path)), version)
 
 
 def _unit(given: str | None, mode: RestartMode, distribution: str, root: str) -> str | None:
