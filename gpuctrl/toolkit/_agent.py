@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuctrl.toolkit import _toml as t
-from gpuctrl.toolkit._containerd import GO_TEMPLATE, add_runtimes, load_config
+from gpuctrl.toolkit._containerd import CRI, GO_TEMPLATE, add_runtimes, load_config
 from gpuctrl.toolkit._dropin import check_later, containerd_drop_in, crio_drop_in, import_drop_in
 from gpuctrl.toolkit._errors import InvalidConfig, ToolkitError
 from gpuctrl.toolkit._fs import locked, read_bytes, remove, remove_stale, resolve, write_atomic
-from gpuctrl.toolkit._imports import Source, load_order
+from gpuctrl.toolkit._imports import Source, load_order, relative_globs
 from gpuctrl.toolkit._journal import (
     FileRecord,
     Journal,
@@ -153,6 +153,8 @@ def _plan_files(target: Target, settings: Settings, journal: Journal | None) -> 
     if at is None:
         raise ToolkitError(f"containerd would not load {drop_in} from {config}'s imports")
     before, after = order[:at], order[at + 1 :]
+    if version == 2:
+        _check_relative_globs(order, drop_in)
     edit = containerd_drop_in(version, before, after, drop_in, settings)
     mode = _most_restrictive([_real(target, _in_root(target, s.path)) for s in before])
     drop = _plan_file(target, target.drop_in, "drop-in", journal, lambda _: edit, mode)
@@ -182,6 +184,25 @@ def _load_order(target: Target, main: Source, drop_in: str | None) -> list[Sourc
         return sorted(set(found))
 
     return load_order(main, load, expand)
+
+
+def _check_relative_globs(order: list[Source], drop_in: str) -> None:
+    """Refuse a relative glob that loads a CRI table: containerd 1.6 expands it against its
+    working directory and 1.7 against the config's folder, so no drop-in fits both."""
+    for source in order:
+        for pattern in relative_globs(source):
+            for other in order:
+                cri = t.get_in(other.data, ("plugins", CRI[2]))
+                if (
+                    other.path != drop_in
+                    and isinstance(cri, dict)
+                    and _matches(pattern, other.path)
+                ):
+                    raise InvalidConfig(
+                        f"{source.path} imports {other.path} through a relative glob, which"
+                        " containerd 1.6 expands against its working directory and 1.7 against"
+                        " the config's folder: write the glob as an absolute path"
+                    )
 
 
 def _matches(pattern: str, path: str) -> bool:

@@ -22,7 +22,7 @@ from gpuctrl.toolkit._errors import InvalidConfig
 from gpuctrl.toolkit._layout import Layout, value_quote
 from gpuctrl.toolkit._settings import Change
 
-__all__ = ["Source", "add_import", "covers", "load_order", "remove_import"]
+__all__ = ["Source", "add_import", "covers", "load_order", "relative_globs", "remove_import"]
 
 _LINE = re.compile(
     r"(?P<head>[ \t]*imports[ \t]*=[ \t]*\[)(?P<items>.*)(?P<tail>\][ \t]*(#.*)?\r?\n?)"
@@ -82,6 +82,14 @@ def _imported(source: Source, expand: Callable[[str], list[str]]) -> list[str]:
             pattern, glob = _resolved(entry, source.path)
             out += sorted(expand(pattern)) if glob else [pattern]
     return out
+
+
+def relative_globs(source: Source) -> list[str]:
+    """The relative globs of ``source``'s imports, resolved as containerd 1.7+ does (1.6
+    expands them against its working directory instead)."""
+    imports = source.data.get("imports", [])
+    entries = [i for i in imports if isinstance(i, str)] if isinstance(imports, list) else []
+    return [_resolved(e, source.path)[0] for e in entries if "*" in e and not posixpath.isabs(e)]
 
 
 def _resolved(entry: str, importer: str) -> tuple[str, bool]:

@@ -143,3 +143,15 @@ def test_a_file_loaded_after_the_drop_in_that_undoes_it_is_refused(
     argv += ["--state-dir", str(tmp_path / "s"), "--runtime-dir", "/rt", "--set-as-default"]
     assert main(argv) == 2
     assert "zz.toml is loaded after" in capsys.readouterr().err
+
+
+def test_a_relative_glob_that_loads_a_cri_table_is_refused(tmp_path: Path) -> None:
+    """containerd 1.6 expands ``conf.d/*.toml`` against its working directory, 1.7 against the
+    config's folder: their effective CRI tables differ, so no drop-in is right for both."""
+    main_text = MAIN.replace('"{etc}/conf.d/*.toml"', '"conf.d/*.toml"')
+    config, drop_in, target = _node(tmp_path, main_text, {"conf.d/10-runc.toml": RUNC})
+    before = config.read_bytes()
+    with pytest.raises(InvalidConfig, match="through a relative glob"):
+        install(target, SETTINGS)
+    assert config.read_bytes() == before
+    assert not drop_in.exists()
