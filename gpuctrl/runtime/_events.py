@@ -105,7 +105,7 @@ class EventCorrelator:
             previous["message"] = event["message"]
             _remember(self._written, dedupe, previous, self._remembered)
             return Send(False, dict(previous))
-        _remember(self._written, dedupe, event, self._remembered)
+        _remember(self._written, dedupe, dict(event), self._remembered)
         return Send(True, event)
 
     def forget(self, send: Send) -> Send:
