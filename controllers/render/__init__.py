@@ -13,10 +13,12 @@ manager would trip over in the repository and CA ConfigMaps.
 from controllers.render._driver import nodes_without_driver
 from controllers.render._errors import MissingConfigMap, RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts, NodeFacts, OsRelease
+from controllers.render._osfamily import OS_IDS
 from controllers.render._render import builtin_workload_templates, render
 from controllers.render._repo import RepoProblem, check_repo_config
 
 __all__ = [
+    "OS_IDS",
     "ClusterFacts",
     "ConfigMapFacts",
     "MissingConfigMap",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from controllers.render._facts import OsRelease
 
-__all__ = ["FAMILIES", "OsFamily", "family_of", "unknown_os_message"]
+__all__ = ["FAMILIES", "OS_IDS", "OsFamily", "family_of", "unknown_os_message"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ ZYPPER = OsFamily(
     "zypper", ("sles", "sl-micro"), "/etc/zypp/repos.d", "/etc/pki/trust/anchors", (".repo",)
 )
 FAMILIES = (APT, YUM, ZYPPER)
+# Every OS ID whose package manager gpuctrl knows, sorted.
+OS_IDS = tuple(sorted(os_id for family in FAMILIES for os_id in family.os_ids))
 
 
 def family_of(os_id: str) -> OsFamily | None:
@@ -56,5 +58,5 @@ def family_of(os_id: str) -> OsFamily | None:
 
 def unknown_os_message(path: str, os: OsRelease) -> str:
     """Why ``path`` (a policy field) cannot be honoured on GPU nodes running ``os``."""
-    known = ", ".join(sorted(i for family in FAMILIES for i in family.os_ids))
+    known = ", ".join(OS_IDS)
     return f"{path}: GPU nodes run OS {os.id!r}, whose folder is unknown ({known})"
