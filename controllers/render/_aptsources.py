@@ -14,7 +14,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from controllers.render._repofile import Entry, Finding, LocalPath, ParsedFile, local_path
+from controllers.render._repofile import (
+    Entry,
+    Finding,
+    LocalPath,
+    ParsedFile,
+    file_lines,
+    local_path,
+)
 
 __all__ = ["parse_deb822", "parse_one_line"]
 
@@ -47,7 +54,7 @@ def parse_one_line(text: str) -> ParsedFile:
     """The entries of a one-line ``.list`` file and its mistakes."""
     entries: list[Entry] = []
     findings: list[Finding] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(file_lines(text), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
@@ -173,7 +180,7 @@ def _stanzas(text: str, findings: list[Finding]) -> Iterator[tuple[int, dict[str
     fields: dict[str, _Field] = {}
     start = 0
     last: str | None = None
-    for number, raw in enumerate([*text.splitlines(), ""], start=1):
+    for number, raw in enumerate([*file_lines(text), ""], start=1):
         if raw.startswith("#"):
             continue
         if not raw.strip():

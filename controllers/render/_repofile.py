@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["Entry", "Finding", "LocalPath", "ParsedFile", "Severity", "local_path"]
+__all__ = ["Entry", "Finding", "LocalPath", "ParsedFile", "Severity", "file_lines", "local_path"]
 
 Severity = Literal["error", "warning"]
 
@@ -70,3 +70,9 @@ def local_path(uri: str, schemes: Collection[str]) -> str | None:
     if not path.startswith("/"):
         raise ValueError(f"{uri!r} does not name an absolute path")
     return posixpath.normpath("/" + path.lstrip("/"))
+
+
+def file_lines(text: str) -> list[str]:
+    """The lines of ``text`` as package managers count them: split at ``\n`` only (not at the
+    other characters `str.splitlines` knows), a ``\r`` before it dropped."""
+    return [line.removesuffix("\r") for line in text.split("\n")]

@@ -12,7 +12,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from controllers.render._repofile import Entry, Finding, LocalPath, ParsedFile, local_path
+from controllers.render._repofile import (
+    Entry,
+    Finding,
+    LocalPath,
+    ParsedFile,
+    file_lines,
+    local_path,
+)
 
 __all__ = ["YUM_SCHEMES", "ZYPPER_SCHEMES", "parse_repo_file"]
 
@@ -52,7 +59,7 @@ def parse_repo_file(text: str, schemes: tuple[str, ...]) -> ParsedFile:
 def _sections(text: str, findings: list[Finding]) -> list[_Section]:
     sections: list[_Section] = []
     last: str | None = None
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(file_lines(text), start=1):
         line = raw.strip()
         if not line or line[0] in "#;":
             continue

@@ -170,3 +170,17 @@ def test_render_prints_warnings_and_still_renders(
 def test_the_airgapped_sample_checks_clean(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render", "-f", str(AIRGAPPED), "-f", str(NODES)]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_the_readme_example_renders_without_a_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    section = (ROOT / "README.md").read_text().split(README_HEADING, 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "example.yaml"
+    path.write_text(example)
+    assert main(["render", "-f", str(path), "-f", str(NODES)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+README_HEADING = "## Air-gapped and node-local package repositories"

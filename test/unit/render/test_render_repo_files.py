@@ -572,3 +572,19 @@ def test_a_local_uri_is_an_error_exactly_when_no_node_local_path_holds_it(
     errors = [p for p in _check({f"r.{kind}": text}, (family,), (local,)) if p.startswith("error")]
     inside = repository == local or repository.startswith(local + "/")
     assert (errors == []) == inside, errors
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "line"),
+    [
+        pytest.param("a.list", "# x\x0c y\r\ndeb /x ./\r\n", 2, id="list-formfeed-crlf"),
+        pytest.param(
+            "a.sources", "# x\u2028 y\nTypes: deb\nURIs: /x\nSuites: ./\n", 3, id="deb822"
+        ),
+        pytest.param("a.repo", "# x\x1c\r\n[r]\r\nbaseurl=/x\r\n", 3, id="repo"),
+    ],
+)
+def test_lines_are_counted_at_newlines_only(key: str, text: str, line: int) -> None:
+    problems = _only(key, text, SUFFIX[key.rsplit(".", 1)[1]])
+    assert len(problems) == 1
+    assert problems[0].startswith(f"error: ConfigMap 'repo' key '{key}' line {line}: "), problems
