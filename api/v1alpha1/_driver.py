@@ -26,8 +26,9 @@ class RepoConfig(ApiModel):
         default_factory=list,
         description="Host folders holding a package repository (e.g. a file:///opt/local-"
         "packages apt repository on the node image), mounted read-only (hostPath type "
-        "Directory, which must exist on the node) at the same path in the driver containers "
-        "that get repository files from configMapName, and nowhere else. Absolute and "
+        "Directory, which must exist on the node) at the same path in each driver container "
+        "whose repository files from configMapName refer into it (a file:// URI, a key "
+        "file), and nowhere else. Absolute and "
         "normalised; never /, a system folder (/etc, /proc, /sys, /dev, /boot, /run, "
         "/var/run, /var/lib/kubelet, /var/lib/containerd, /var/lib/docker, /var/lib/etcd, "
         "/root, /home), a folder under or above one, or a folder of the image such as /usr. "

@@ -3,11 +3,12 @@
 Each key of the repoConfig ConfigMap that the OS's package manager reads (``*.list`` and
 ``*.sources`` for apt, ``*.repo`` for yum and zypper) is mounted read-only with subPath at
 ``<folder>/<key>`` where the folder is the OS's repository folder, so files of the image with
-other names survive; every certConfig key likewise into the OS's CA folder. A driver that gets
-repository files also gets each nodeLocalPaths entry as a hostPath of type Directory mounted
-read-only at the same path, so ``file://`` URIs in those files resolve; a driver whose OS reads
-no key keeps its image's repositories and mounts no host folder (which its nodes may lack). A
-hash of the ConfigMap keys mounted on the pod template rolls the pods when they change.
+other names survive; every certConfig key likewise into the OS's CA folder. Each nodeLocalPaths
+entry that an enabled entry of those files refers into (a ``file://`` URI, a key file) is a
+hostPath of type Directory mounted read-only at the same path, so the paths resolve; a driver
+mounts no host folder its files do not use, which its nodes may lack (in a mixed cluster, the
+rpm repository folder on the ubuntu nodes). A hash of the ConfigMap keys mounted on the pod
+template rolls the pods when they change.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from controllers.render._facts import (
 )
 from controllers.render._meta import daemonset_context
 from controllers.render._osfamily import OsFamily, family_of, unknown_os_message
+from controllers.render._readers import used_folders
 
 __all__ = [
     "CONFIG_HASH",
@@ -97,17 +99,18 @@ def _daemonset(
     mounts: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
     mounted: list[ConfigMapFacts] = []
+    used: list[str] = []
     if repo is not None:
         family = _family(os, "spec.driver.repoConfig.configMapName")
         repo = _keys_read_by(family, repo)
         _add_config_map(mounts, volumes, "repo-config", repo, family.repository_folder)
         mounted.append(repo)
+        used = used_folders(family, repo, driver.repo_config.node_local_paths)
     if certs is not None:
         family = _family(os, "spec.driver.certConfig.name")
         _add_config_map(mounts, volumes, "cert-config", certs, family.ca_folder)
         mounted.append(certs)
-    local_paths = sorted(set(driver.repo_config.node_local_paths)) if repo and repo.data else []
-    for index, path in enumerate(local_paths):
+    for index, path in enumerate(used):
         name = f"local-repository-{index}"
         mounts.append({"name": name, "mountPath": path, "readOnly": True})
         volumes.append({"name": name, "hostPath": {"path": path, "type": "Directory"}})

@@ -13,13 +13,12 @@ folder must be listed as the path the files name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from api.v1alpha1 import ClusterPolicy
-from controllers.render._aptsources import parse_deb822, parse_one_line
 from controllers.render._errors import MissingConfigMap
 from controllers.render._facts import ClusterFacts, ConfigMapFacts
 from controllers.render._osfamily import (
@@ -32,8 +31,8 @@ from controllers.render._osfamily import (
     unknown_os_message,
 )
 from controllers.render._pem import certificate_findings
-from controllers.render._repofile import Entry, Finding, LocalPath, ParsedFile
-from controllers.render._yumrepo import YUM_SCHEMES, ZYPPER_SCHEMES, parse_repo_file
+from controllers.render._readers import inside, parse, used_folders
+from controllers.render._repofile import Entry, Finding, LocalPath
 
 __all__ = ["RepoProblem", "check_repo_config"]
 
@@ -78,7 +77,7 @@ def check_repo_config(
     families, covered = _families(policy, facts, problems)
     repo = _config_map(facts, _REPO, driver.repo_config.config_map_name, problems)
     if repo is not None:
-        local_paths = sorted(set(driver.repo_config.node_local_paths))
+        local_paths = driver.repo_config.node_local_paths
         problems += _repo_problems(repo, families, covered, local_paths)
     certs = _config_map(facts, _CERTS, driver.cert_config.name, problems)
     if certs is not None:
@@ -126,42 +125,32 @@ def _config_map(
     return found
 
 
-_PARSERS: dict[tuple[str, str], Callable[[str], ParsedFile]] = {
-    (APT.name, ".list"): parse_one_line,
-    (APT.name, ".sources"): parse_deb822,
-    (YUM.name, ".repo"): lambda text: parse_repo_file(text, YUM_SCHEMES),
-    (ZYPPER.name, ".repo"): lambda text: parse_repo_file(text, ZYPPER_SCHEMES),
-}
-
-
-def _parse(family: OsFamily, key: str, text: str) -> ParsedFile:
-    suffix = next(s for s in family.suffixes if key.endswith(s))
-    return _PARSERS[family.name, suffix](text)
-
-
 def _repo_problems(
     repo: ConfigMapFacts, families: Sequence[OsFamily], covered: bool, local_paths: list[str]
 ) -> list[RepoProblem]:
     problems: list[RepoProblem] = []
-    referred: set[str] = set()
     for key in sorted(repo.data):
         readers = [family for family in families if family.reads(key)]
         if not readers and covered:
             problems.append(RepoProblem("warning", _unread(repo, key)))
         for family in readers:
-            parsed = _parse(family, key, repo.data[key])
+            parsed = parse(family, key, repo.data[key])
             findings = list(parsed.findings)
             for entry in parsed.entries:
-                findings += _unresolved(entry, family, local_paths, referred)
+                findings += _unresolved(entry, family, local_paths)
             where = f"ConfigMap {repo.name!r} key {key!r}"
             problems += [_problem(where, f) for f in sorted(findings, key=lambda f: f.line)]
     if covered:
         for family in families:
             if not any(family.reads(key) for key in repo.data):
                 problems.append(RepoProblem("warning", _uncovered(repo, family)))
+    used = {f for family in families for f in used_folders(family, repo, local_paths)}
     for index, path in enumerate(local_paths):
-        if path not in referred:
-            message = f"no enabled repository of ConfigMap {repo.name!r} refers to {path}"
+        if path not in used:
+            message = (
+                f"no enabled repository of ConfigMap {repo.name!r} refers to {path}, so it is "
+                "mounted nowhere"
+            )
             problems.append(RepoProblem("warning", f"{_LOCAL}[{index}]: {message}"))
     return problems
 
@@ -186,20 +175,13 @@ def _problem(where: str, finding: Finding) -> RepoProblem:
     return RepoProblem(finding.severity, f"{where} line {finding.line}: {finding.message}")
 
 
-def _unresolved(
-    entry: Entry, family: OsFamily, local_paths: Iterable[str], referred: set[str]
-) -> list[Finding]:
-    """Errors for the paths of an enabled ``entry`` the driver container cannot see; adds the
-    nodeLocalPaths entries it refers to to ``referred``."""
+def _unresolved(entry: Entry, family: OsFamily, local_paths: Iterable[str]) -> list[Finding]:
+    """Errors for the paths of an enabled ``entry`` the driver container cannot see."""
     problems = []
-    for path in entry.paths:
-        root = next((r for r in local_paths if _inside(path.path, r)), None)
-        if not entry.enabled:
+    for path in entry.paths if entry.enabled else ():
+        if any(inside(path.path, folder) for folder in local_paths):
             continue
-        if root is not None:
-            referred.add(root)
-            continue
-        if path.is_key and any(_inside(path.path, f) for f in _IMAGE_KEY_FOLDERS[family.name]):
+        if path.is_key and any(inside(path.path, f) for f in _IMAGE_KEY_FOLDERS[family.name]):
             continue
         problems.append(Finding(path.line, "error", _missing(path)))
     return problems
@@ -212,10 +194,6 @@ def _missing(path: LocalPath) -> str:
         f"{path.field} {path.value!r}: the {what} {path.path} is inside no {_LOCAL} entry, so "
         f"the driver container cannot see it (add {folder!r} or a folder above it)"
     )
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _cert_problems(certs: ConfigMapFacts, now: datetime) -> list[RepoProblem]:

@@ -507,7 +507,7 @@ def test_an_unused_node_local_path_is_a_warning() -> None:
     data = {"a.list": "deb file:///opt/local ./\n", "b.sources": _DISABLED}
     assert _check(data, local=("/opt/local", "/srv/only-disabled")) == [
         f"warning: {LOCAL}[1]: no enabled repository of ConfigMap 'repo' refers to "
-        "/srv/only-disabled"
+        "/srv/only-disabled, so it is mounted nowhere"
     ]
 
 

@@ -187,7 +187,8 @@ def test_a_driver_whose_os_reads_no_key_mounts_no_repository_and_no_host_folder(
     policy = _policy(
         driver={"repoConfig": {"configMapName": "repo", "nodeLocalPaths": ["/opt/local"]}}
     )
-    facts = _facts(_node("u", "ubuntu", "22.04"), _node("r", "rhel", "9.4"), repo={"a.list": "x"})
+    repo = {"a.list": "deb file:///opt/local ./"}
+    facts = _facts(_node("u", "ubuntu", "22.04"), _node("r", "rhel", "9.4"), repo=repo)
     objects = render(policy, facts)
     rhel = _pod(objects, "gpuctrl-driver-rhel9.4")
     assert "/opt/local" not in json.dumps(rhel)
@@ -197,6 +198,25 @@ def test_a_driver_whose_os_reads_no_key_mounts_no_repository_and_no_host_folder(
     assert {"name": "local-repository-0", "mountPath": "/opt/local", "readOnly": True} in ubuntu[
         "spec"
     ]["containers"][0]["volumeMounts"]
+
+
+def test_each_driver_mounts_only_the_host_folders_its_enabled_entries_use() -> None:
+    paths = ["/opt/apt", "/opt/rpm", "/opt/unused", "/opt/disabled"]
+    policy = _policy(driver={"repoConfig": {"configMapName": "repo", "nodeLocalPaths": paths}})
+    repo = {
+        "a.list": "deb file:///opt/apt/pool ./\n",
+        "b.sources": "Enabled: no\nTypes: deb\nURIs: file:///opt/disabled\nSuites: ./\n",
+        "c.repo": "[r]\nbaseurl=https://mirror/rpm\ngpgkey=file:///opt/rpm/KEY\n",
+    }
+    facts = _facts(_node("u", "ubuntu", "22.04"), _node("r", "rhel", "9.4"), repo=repo)
+    objects = render(policy, facts)
+
+    def host_folders(name: str) -> list[str]:
+        volumes = _pod(objects, name)["spec"]["volumes"]
+        return [v["hostPath"]["path"] for v in volumes if v["name"].startswith("local-")]
+
+    assert host_folders("gpuctrl-driver-ubuntu22.04") == ["/opt/apt"]
+    assert host_folders("gpuctrl-driver-rhel9.4") == ["/opt/rpm"]
 
 
 def test_config_hash_covers_only_the_keys_the_os_reads() -> None:
@@ -240,7 +260,8 @@ def test_node_local_paths_are_read_only_host_directories_in_the_driver_only() ->
     policy = _policy(
         driver={"repoConfig": {"configMapName": "repo", "nodeLocalPaths": ["/srv/b", "/opt/a"]}}
     )
-    objects = render(policy, _facts(repo={"local.list": "deb file:///opt/a ./"}))
+    repo = {"local.list": "deb [signed-by=/srv/b/key.gpg] file:///opt/a ./"}
+    objects = render(policy, _facts(repo=repo))
     pod = _pod(objects, "gpuctrl-driver-ubuntu22.04")
     mounts = pod["spec"]["containers"][0]["volumeMounts"]
     assert {"name": "local-repository-0", "mountPath": "/opt/a", "readOnly": True} in mounts
