@@ -10,6 +10,7 @@ import pytest
 from runtime_helpers import CONFIGMAPS, configmap, running
 
 from gpuctrl.runtime import (
+    EVENTS,
     METRICS_REGISTRY,
     Client,
     Conflict,
@@ -153,3 +154,21 @@ async def _absent(client: Client, namespace: str, name: str) -> bool:
 
 def _host(client: Client) -> str:
     return client.api_client.configuration.host.split("://", 1)[1]
+
+
+async def test_a_flood_of_events_is_aggregated_and_capped(
+    control_plane: ControlPlane, client: Client, namespace: str
+) -> None:
+    subject = await client.create(CONFIGMAPS, configmap("flooded", namespace))
+    manager = await Manager.create(
+        control_plane.kubeconfig, metrics_bind_address=None, health_probe_bind_address=None
+    )
+    recorder = manager.event_recorder("flood-test")
+    async with running(manager):
+        for i in range(200):  # a hot loop: returns at once, never waits for the API server
+            recorder.event(subject, "Warning", "Failing", f"attempt {i} failed")
+        await recorder.flush()
+    events = await client.list(EVENTS, namespace)
+    assert 1 <= len(events) <= 11  # 10 distinct messages, then one combined Event
+    assert sum(e["count"] for e in events) == 25  # the spam filter's burst
+    assert any(e["message"].startswith("(combined from similar events): ") for e in events)
