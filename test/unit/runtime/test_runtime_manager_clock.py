@@ -8,6 +8,7 @@ whatever waits afterwards waits on the clock it was given.
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
+import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
@@ -24,13 +25,12 @@ async def manager(clock: FakeClock) -> AsyncIterator[Callable[..., Manager]]:
 
     def build(**options: object) -> Manager:
         clients.append(ApiClient(Configuration(host="http://127.0.0.1:1")))
-        return Manager(
-            clients[-1],
-            metrics_bind_address=None,
-            health_probe_bind_address=None,
-            clock=clock,
-            **options,  # type: ignore[arg-type]
-        )
+        defaults: dict[str, object] = {
+            "metrics_bind_address": None,
+            "health_probe_bind_address": None,
+            "clock": clock,
+        }
+        return Manager(clients[-1], **{**defaults, **options})  # type: ignore[arg-type]
 
     yield build
     for client in clients:
@@ -195,3 +195,25 @@ async def test_runnables_not_needing_the_leader_run_on_a_standby(
         await until(lambda: clock.next_deadline is not None)
         await clock.step(25.0)  # the hanging runnable is cancelled at the budget's end
         await asyncio.wait_for(running, 5)
+
+
+async def test_healthz_fails_once_the_manager_stops(
+    manager: Callable[..., Manager], clock: FakeClock
+) -> None:
+    built = manager(health_probe_bind_address="127.0.0.1:0", graceful_shutdown_timeout=25.0)
+    leader = Hangs(needs_leader=True)
+    built.add(leader)
+    stop = asyncio.Event()
+    running = asyncio.create_task(built.start(stop))
+    async with aiohttp.ClientSession() as http:
+        await until(leader.started.is_set)
+        url = f"http://127.0.0.1:{built.health_probe_port}/healthz"
+        async with http.get(url) as response:
+            assert response.status == 200
+        stop.set()  # draining now: alive, but no longer healthy
+        await until(lambda: clock.next_deadline is not None)
+        async with http.get(url) as response:
+            assert response.status == 500
+            assert "[-]manager failed" in await response.text()
+    await clock.step(25.0)
+    await asyncio.wait_for(running, 5)
