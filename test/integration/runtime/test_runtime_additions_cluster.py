@@ -172,3 +172,32 @@ async def test_a_flood_of_events_is_aggregated_and_capped(
     assert 1 <= len(events) <= 11  # 10 distinct messages, then one combined Event
     assert sum(e["count"] for e in events) == 25  # the spam filter's burst
     assert any(e["message"].startswith("(combined from similar events): ") for e in events)
+
+
+async def test_a_metadata_only_informer_lists_and_watches_metadata(
+    control_plane: ControlPlane, client: Client, namespace: str
+) -> None:
+    await client.create(CONFIGMAPS, configmap("listed", namespace, {"a": "1"}, big="x" * 1000))
+    manager = await Manager.create(
+        control_plane.kubeconfig, metrics_bind_address=None, health_probe_bind_address=None
+    )
+    manager.cache.informer(CONFIGMAPS, namespace=namespace, metadata_only=True)
+
+    def cached(name: str) -> dict[str, Any] | None:
+        return manager.cache.get(CONFIGMAPS, name, namespace, metadata_only=True)
+
+    async with running(manager):
+        listed = cached("listed")
+        assert listed is not None
+        assert (listed["apiVersion"], listed["kind"]) == ("v1", "ConfigMap")
+        assert "data" not in listed
+        await client.create(CONFIGMAPS, configmap("watched", namespace, big="y" * 1000))
+        await client.merge_patch(
+            CONFIGMAPS, "listed", {"metadata": {"labels": {"a": "2"}}}, namespace
+        )
+        await eventually(lambda: cached("watched") is not None)
+        await eventually(lambda: (cached("listed") or {})["metadata"]["labels"] == {"a": "2"})
+        watched = cached("watched")
+        assert watched is not None
+        assert watched["kind"] == "ConfigMap"
+        assert "data" not in watched
