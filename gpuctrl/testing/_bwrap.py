@@ -73,9 +73,11 @@ def system_binds(roots: Sequence[Entry], targets: Iterable[str], listing: Listin
     paths, leaving room for mounts at `targets`.
 
     A root with a target strictly inside it becomes a folder of the tmpfs holding its entries
-    (recursively, along the target's path); a root that is itself a target is left out.
+    (recursively, along the target's path); a root that is itself a target is left out. A
+    target under a root that is a link (``/bin/sh`` with ``/bin -> usr/bin``) is where bwrap
+    puts it, through the link (``/usr/bin/sh``).
     """
-    wanted = [PurePosixPath(t) for t in targets]
+    wanted = [_through_links(PurePosixPath(t), roots) for t in targets]
     arguments: list[str] = []
     for root in _outermost(roots):
         arguments += _bind(root, wanted, listing)
@@ -118,6 +120,15 @@ def bwrap_argv(
         kind = "--ro-bind" if mount.read_only else "--bind"
         arguments += [kind, mount.source, mount.target]
     return [*arguments, "--chdir", working_dir, "--", *command]
+
+
+def _through_links(target: PurePosixPath, roots: Sequence[Entry]) -> PurePosixPath:
+    for root in roots:
+        path = PurePosixPath(root.path)
+        if root.link is not None and target != path and target.is_relative_to(path):
+            destination = os.path.normpath(path.parent / root.link / target.relative_to(path))
+            return PurePosixPath(destination)
+    return target
 
 
 def _outermost(roots: Sequence[Entry]) -> list[Entry]:
