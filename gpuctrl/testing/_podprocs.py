@@ -79,8 +79,12 @@ class PodProcesses:
                 continue
             spec = specs[container.name]
             now = _now()
+            starting = asyncio.ensure_future(self._start(spec, container.restart_count))
             try:
-                process = await self._start(spec, container.restart_count)
+                process = await asyncio.shield(starting)
+            except asyncio.CancelledError:  # the pod is gone: so is what was starting
+                starting.add_done_callback(self._kill_orphan)
+                raise
             except (ContainerConfigError, SandboxStartError) as error:
                 sim = process_failed(sim, container.name, str(error), now)
                 continue
@@ -161,6 +165,10 @@ class PodProcesses:
                 await self.events.put(ProcessEvent("probe", name, run, ready, _now()))
             await asyncio.sleep(probe.get("periodSeconds", 10))
 
+    def _kill_orphan(self, starting: asyncio.Future[SandboxedProcess]) -> None:
+        if not starting.cancelled() and starting.exception() is None:
+            self._spawn(self._tasks, _killed(starting.result()))
+
     @staticmethod
     def _spawn(tasks: set[asyncio.Task[None]], coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coroutine)
@@ -170,6 +178,10 @@ class PodProcesses:
     def _cancel(self) -> None:
         for task in list(self._probes):
             task.cancel()
+
+
+async def _killed(process: SandboxedProcess) -> None:
+    await process.kill()
 
 
 def _containers(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

@@ -53,6 +53,7 @@ CREATE_SECONDS = 0.05  # ContainerCreating -> Running: images are "present"
 PULL_BACKOFF_SECONDS = 0.5  # ErrImagePull -> ImagePullBackOff
 RESTART_BACKOFF_SECONDS = 0.2  # doubles with every restart ...
 RESTART_BACKOFF_CAP_SECONDS = 5.0  # ... up to this
+CONFIG_RETRY_SECONDS = 1.0  # a process that could not start is tried again after this
 
 Seconds = datetime.timedelta
 Condition = tuple[bool, str | None, str | None]
@@ -107,6 +108,7 @@ class ContainerSim:
             "running": None if self.behavior.never_exits or process else self.behavior.run_seconds,
             "crash-backoff": self.backoff_seconds,
             "terminated": 0.0 if self._restarts(restart_policy) else None,
+            "config-error": CONFIG_RETRY_SECONDS if process else None,
         }.get(self.state)
         return None if delay is None else self.since + Seconds(seconds=delay)
 
@@ -116,6 +118,8 @@ class ContainerSim:
             return self._enter("pull-failed", at)
         if self.state == "pull-failed":
             return self._enter("pull-backoff", at)
+        if self.state == "config-error":  # a process: the kubelet tries to start it again
+            return self._enter("creating", at)
         if self.state == "crash-backoff" and self.behavior.process:  # the kubelet starts it
             return dataclasses.replace(
                 self._enter("creating", at), restart_count=self.restart_count + 1
@@ -255,7 +259,8 @@ def process_started(
 
 
 def process_failed(sim: PodSim, name: str, message: str, at: datetime.datetime) -> PodSim:
-    """The process of container `name` cannot be started (CreateContainerConfigError)."""
+    """The process of container `name` cannot be started (CreateContainerConfigError, tried
+    again after `CONFIG_RETRY_SECONDS`, as a kubelet does once the ConfigMap is there)."""
     changed = _change(sim, name, at, lambda c: c._enter("config-error", at))
     return dataclasses.replace(changed, config_error=message)
 

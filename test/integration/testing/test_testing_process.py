@@ -186,6 +186,12 @@ async def test_exit_code_is_the_containers_and_a_missing_key_is_a_config_error(
         assert waiting["message"] == 'configmap "absent" not found'
 
     await eventually(config_error)
+    # As a kubelet does, it tries again: once the ConfigMap is there the container runs.
+    await core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "absent"}, "data": {"k": "v"}}
+    )
+    terminated = await eventually(lambda: _terminated(kube_api, namespace, "unconfigured"))
+    assert terminated["exitCode"] == 0
 
 
 @pytest.mark.gpu_nodes(count=1)

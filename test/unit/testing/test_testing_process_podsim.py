@@ -106,7 +106,8 @@ def test_a_process_that_cannot_start_is_a_config_error() -> None:
 
     waiting = pod_status(failed)["containerStatuses"][0]["state"]["waiting"]
     assert waiting == {"reason": "CreateContainerConfigError", "message": 'configmap "x" not found'}
-    assert next_due(failed) is None
+    assert next_due(failed) == _seconds(2)  # tried again, as a kubelet does
+    assert _state(advance(failed, _seconds(2))) == ("creating", 0, False)
 
 
 def test_after_a_reboot_every_started_container_counts_one_more_run() -> None:
