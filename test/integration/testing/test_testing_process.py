@@ -106,6 +106,8 @@ async def test_process_sees_env_volumes_and_read_only_mounts_and_its_log_is_serv
         "touch /host-etc/written 2>/dev/null && echo ro-violated || echo ro-refused; "
         "touch /state/written && echo rw-written; "
         "test -e /var/log && echo host-visible || echo host-hidden; "
+        "cat /creds/password; echo; "
+        "touch /settings/x 2>/dev/null && echo cm-writable || echo cm-read-only; "
         'test -r "$KUBECONFIG" && echo kubeconfig-present'
     )
     env = [
@@ -128,12 +130,14 @@ async def test_process_sees_env_volumes_and_read_only_mounts_and_its_log_is_serv
                 {"name": "host-etc", "mountPath": "/host-etc", "readOnly": True},
                 {"name": "state", "mountPath": "/state"},
                 {"name": "settings", "mountPath": "/settings"},
+                {"name": "creds", "mountPath": "/creds"},
             ],
         },
         volumes=[
             {"name": "host-etc", "hostPath": {"path": "/etc/gpu", "type": "Directory"}},
             {"name": "state", "hostPath": {"path": "/var/lib/state", "type": "DirectoryOrCreate"}},
             {"name": "settings", "configMap": {"name": "settings"}},
+            {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o400}},
         ],
     )
     await core.create_namespaced_pod(namespace, pod)
@@ -154,6 +158,8 @@ async def test_process_sees_env_volumes_and_read_only_mounts_and_its_log_is_serv
         "ro-refused",
         "rw-written",
         "host-hidden",
+        "s3cret",
+        "cm-read-only",
         "kubeconfig-present",
     ]
     assert (node.root / "var/lib/state/written").exists()
@@ -353,6 +359,40 @@ async def test_gpuctrl_toolkit_daemonset_installs_cleans_up_on_delete_and_surviv
     await apps.delete_namespaced_daemon_set("toolkit", namespace)
     await eventually(lambda: _gone(kube_api, namespace, first), within=60)
     assert config.read_text() == CONTAINERD_CONFIG
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_restart_node_kills_without_handlers_and_runs_the_pod_again(
+    gpu_nodes: SimulatedKubelet, kube_api: ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(kube_api)
+    node = gpu_nodes.nodes[0]
+    assert node.root is not None
+    script = (
+        "trap 'echo handled >> /out/events; exit 0' TERM; "
+        "echo up >> /out/events; while true; do sleep 0.1; done"
+    )
+    pod = _shell_pod(
+        "survivor",
+        node.name,
+        script,
+        container={"volumeMounts": [{"name": "out", "mountPath": "/out"}]},
+        restartPolicy="Always",
+        volumes=[{"name": "out", "hostPath": {"path": "/out"}}],
+    )
+    await core.create_namespaced_pod(namespace, pod)
+    events = node.root / "out/events"
+    await eventually(lambda: events.exists() and events.read_text() == "up\n")
+
+    await gpu_nodes.restart_node(node.name)
+
+    async def running_again() -> None:
+        status = (await _read_pod(kube_api, namespace, "survivor"))["status"]
+        assert status["containerStatuses"][0]["restartCount"] == 1
+        assert "running" in status["containerStatuses"][0]["state"]
+        assert events.read_text() == "up\nup\n"  # no "handled": the handler never ran
+
+    await eventually(running_again)
 
 
 @pytest.mark.gpu_nodes(count=1)
