@@ -54,7 +54,15 @@ from ._nodes import (
     node_spec_patch,
 )
 from ._podprocs import PodProcesses
-from ._podsim import PodSim, advance, config_error_pod, new_pod, next_due, rebooted
+from ._podsim import (
+    PodSim,
+    advance,
+    config_error_pod,
+    new_pod,
+    next_due,
+    pod_phase,
+    rebooted,
+)
 from ._podstatus import pod_status
 
 __all__ = ["SimulatedKubelet"]
@@ -72,6 +80,7 @@ _LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/lease
 _TRANSIENT = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
 _MERGE_PATCH = "application/merge-patch+json"
 _DEFAULT_GRACE_SECONDS = 30
+_FINAL = ("Succeeded", "Failed")
 # What the sandbox of a process-backed container shows of the host, read-only.
 _SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", *ETC_FILES)
 
@@ -204,9 +213,11 @@ class SimulatedKubelet:
         await self._scan_pods()
 
     async def _power_off(self, names: list[str], *, reboot: bool = False) -> None:
-        """Cancel the pod runners of the nodes `names` and SIGKILL their processes."""
+        """Cancel the pod runners of the nodes `names` and SIGKILL their processes; with
+        `reboot`, pods that had finished (Succeeded, Failed) stay finished."""
+        finished = {sim.uid for sim in self._sims.values() if pod_phase(sim) in _FINAL}
         for uid, (node, runner) in list(self._pods.items()):
-            if node in names:
+            if node in names and not (reboot and uid in finished):
                 runner.cancel()
                 del self._pods[uid]
         doomed = [p for p in self._processes.values() if p.context.node_name in names]

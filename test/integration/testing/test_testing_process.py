@@ -381,6 +381,15 @@ async def test_restart_node_kills_without_handlers_and_runs_the_pod_again(
         volumes=[{"name": "out", "hostPath": {"path": "/out"}}],
     )
     await core.create_namespaced_pod(namespace, pod)
+    once = _shell_pod(
+        "once",
+        node.name,
+        "echo ran >> /out/once",
+        container={"volumeMounts": [{"name": "out", "mountPath": "/out"}]},
+        volumes=[{"name": "out", "hostPath": {"path": "/out"}}],
+    )
+    await core.create_namespaced_pod(namespace, once)
+    await eventually(lambda: _terminated(kube_api, namespace, "once"))
     events = node.root / "out/events"
     await eventually(lambda: events.exists() and events.read_text() == "up\n")
 
@@ -393,6 +402,9 @@ async def test_restart_node_kills_without_handlers_and_runs_the_pod_again(
         assert events.read_text() == "up\nup\n"  # no "handled": the handler never ran
 
     await eventually(running_again)
+    # A pod that had finished before the power cut stays finished.
+    assert (node.root / "out/once").read_text() == "ran\n"
+    assert (await _terminated(kube_api, namespace, "once"))["exitCode"] == 0
 
 
 @pytest.mark.gpu_nodes(count=1)
