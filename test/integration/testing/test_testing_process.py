@@ -225,6 +225,19 @@ async def test_service_account_kubeconfig_reaches_the_apiserver_as_the_pod(
             "subjects": [{"kind": "ServiceAccount", "name": "agent", "namespace": namespace}],
         },
     )  # fmt: skip
+    user = f"system:serviceaccount:{namespace}:agent"
+
+    async def bound() -> None:  # the RBAC authorizer's cache has seen the binding
+        review = {
+            "spec": {
+                "user": user,
+                "resourceAttributes": {"namespace": namespace, "verb": "get", "resource": "pods"},
+            }
+        }
+        answer = await client.AuthorizationV1Api(kube_api).create_subject_access_review(review)
+        assert answer.status.allowed
+
+    await eventually(bound)
     # gpuctrl's own client, inside the sandbox, with nothing but $KUBECONFIG.
     program = (
         "import asyncio, os\n"
@@ -276,7 +289,8 @@ async def test_deletion_sends_sigterm_and_waits_the_grace_period(
         (node.root / "out" / name).mkdir(parents=True)
         await core.create_namespaced_pod(namespace, pod)
         await eventually(lambda name=name: _ready(kube_api, namespace, name))
-        assert (node.root / "out" / name / "up").exists()
+        # Written once the trap is set (a SIGTERM before it would be lost: PID 1).
+        await eventually((node.root / "out" / name / "up").exists)
         await core.delete_namespaced_pod(name, namespace, grace_period_seconds=int(grace))
         await eventually(lambda name=name: _gone(kube_api, namespace, name), within=20)
 
