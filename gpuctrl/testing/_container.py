@@ -239,7 +239,7 @@ async def _volume_source(
             data = await _read(context, kind, source[key], request)
             if data is None and not source.get("optional"):
                 raise ContainerConfigError(f'{kind} "{source[key]}" not found')
-            _write_files(folder, data or {}, source)
+            _write_files(folder, data or {}, source, kind)
             return folder, True
     kinds = sorted(set(volume) - {"name"})
     raise ContainerConfigError(f"volume type {kinds} not supported by the simulated kubelet")
@@ -270,7 +270,9 @@ def _host_path(node_root: Path, host_path: Mapping[str, Any]) -> Path:
     return path
 
 
-def _write_files(folder: Path, data: Mapping[str, str], source: Mapping[str, Any]) -> None:
+def _write_files(
+    folder: Path, data: Mapping[str, str], source: Mapping[str, Any], kind: str
+) -> None:
     """The keys of a ConfigMap or Secret as files (``items`` picks and renames them)."""
     if folder.exists():
         shutil.rmtree(folder)
@@ -280,7 +282,7 @@ def _write_files(folder: Path, data: Mapping[str, str], source: Mapping[str, Any
         if item["key"] not in data:
             if source.get("optional"):
                 continue
-            raise ContainerConfigError(f"configmap references non-existent key {item['key']}")
+            raise ContainerConfigError(f"{kind} references non-existent key {item['key']}")
         target = folder / item["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(data[item["key"]])
