@@ -82,7 +82,7 @@ def check_repo_config(
         problems += _repo_problems(repo, families, covered, local_paths)
     certs = _config_map(facts, _CERTS, driver.cert_config.name, problems)
     if certs is not None:
-        problems += _cert_problems(certs, now)
+        problems += _cert_problems(certs, now, covered and APT in families)
     unique = list(dict.fromkeys(problems))
     return [p for p in unique if p.severity == "error"] + [
         p for p in unique if p.severity == "warning"
@@ -209,9 +209,15 @@ def _missing(path: LocalPath) -> str:
     )
 
 
-def _cert_problems(certs: ConfigMapFacts, now: datetime) -> list[RepoProblem]:
+def _cert_problems(certs: ConfigMapFacts, now: datetime, apt: bool) -> list[RepoProblem]:
     problems: list[RepoProblem] = []
     for key in sorted(certs.data):
         where = f"ConfigMap {certs.name!r} key {key!r}"
+        if apt and not key.endswith(".crt"):
+            message = (
+                f"{where}: update-ca-certificates on ubuntu and debian takes only *.crt files "
+                f"from {APT.ca_folder}, so it ignores this one"
+            )
+            problems.append(RepoProblem("warning", message))
         problems += [_problem(where, f) for f in certificate_findings(certs.data[key], now)]
     return problems

@@ -147,3 +147,10 @@ def test_the_warning_follows_the_injected_now(days_left: int) -> None:
         assert [p for p in problems if "within 30 days" in p] == problems != []
     else:
         assert problems == []
+
+
+def test_on_apt_nodes_a_certificate_key_must_end_in_crt() -> None:
+    assert _check({"site.pem": GOOD}) == [
+        "warning: ConfigMap 'certs' key 'site.pem': update-ca-certificates on ubuntu and debian "
+        "takes only *.crt files from /usr/local/share/ca-certificates, so it ignores this one"
+    ]
