@@ -36,6 +36,11 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "render", "render the objects a ClusterPolicy asks for, offline", "controllers.render.cli"
     ),
     Subcommand(
+        "check-repo",
+        "check a driver package repository ConfigMap offline",
+        "controllers.checkrepo",
+    ),
+    Subcommand(
         "migrate",
         "convert an nvidia.com/v1 ClusterPolicy to gpuctrl.io/v1alpha1",
         "controllers.migrate",

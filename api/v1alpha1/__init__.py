@@ -45,6 +45,7 @@ from api.v1alpha1._validation import (
     load_pod_policy,
     validate,
     validate_pod_policy,
+    validate_workloads,
 )
 from api.v1alpha1._validator import ValidatorCheck, ValidatorSpec, ValidatorWorkloads
 
@@ -94,5 +95,6 @@ __all__ = [
     "parse_quantity",
     "validate",
     "validate_pod_policy",
+    "validate_workloads",
     "wire",
 ]
