@@ -79,6 +79,10 @@ def _layouts() -> list[Any]:
     for path in sorted(DATA.glob("*.toml")):
         params.append(pytest.param({"config.toml": path.read_bytes()}, id=path.stem))
     params += [pytest.param(files, id=name) for name, files in MULTI.items()]
+    # containerd 1.6 expands a relative glob against its working directory (here the test's),
+    # 1.7 and 2.1 against the config's folder: the drop-in is loaded either way.
+    relative = 'version = 2\nimports = ["conf.d/*.toml"]\n'
+    params.append(pytest.param({"config.toml": relative.encode()}, id="relative-glob"))
     return params
 
 
