@@ -36,6 +36,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "render", "render the objects a ClusterPolicy asks for, offline", "controllers.render.cli"
     ),
     Subcommand(
+        "webhook", "the admission webhook applying PodPolicies to gpuctrl's pods", "webhooks.cli"
+    ),
+    Subcommand(
         "migrate",
         "convert an nvidia.com/v1 ClusterPolicy to gpuctrl.io/v1alpha1",
         "controllers.migrate",
