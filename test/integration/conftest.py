@@ -1,4 +1,4 @@
-"""Fixtures of the API's apiserver tests: the generated CRDs, installed."""
+"""Fixtures of the integration tests: the generated CRDs, installed (session-wide)."""
 
 from __future__ import annotations
 

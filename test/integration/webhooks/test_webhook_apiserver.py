@@ -1,0 +1,201 @@
+"""`gpuctrl webhook` behind the real apiserver, ahead of an Istio-like injector."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import socket
+import ssl
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from kubernetes_asyncio.client import ApiClient
+
+from gpuctrl.runtime import Client, Resource
+from gpuctrl.runtime.webhook import WebhookServer
+from gpuctrl.testing import ControlPlane, FakeClock, MeshInjector, eventually
+from webhooks._certmanager import SECRET_NAME, CertificateManager
+from webhooks._configuration import published_bundle, read_configuration
+from webhooks._handler import MUTATE_PATH, POD_POLICIES, PodPolicyHandler, PolicySet
+from webhooks._pki import BUNDLE_KEY, Lifetimes
+
+MakePolicy = Callable[..., Awaitable[dict[str, Any]]]
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+
+PODS = Resource("v1", "Pod", "pods")
+SECRETS = Resource("v1", "Secret", "secrets")
+OPT_OUT = "sidecar.istio.io/inject"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def workload_pod(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "cuda-validation-",
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/managed-by": "gpuctrl",
+                "app.kubernetes.io/component": "validator-workloads",
+            },
+        },
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "cuda", "image": "cuda"}]},
+    }
+
+
+@pytest_asyncio.fixture
+async def webhook_process(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path, pod_policy: MakePolicy
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``gpuctrl webhook --manage-certificates --webhook-url ...`` for ``namespace``."""
+    port, probes = free_port(), free_port()
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("gpuctrl")), "webhook",
+        "--kubeconfig", str(control_plane.kubeconfig),
+        "--namespace", namespace,
+        "--bind-address", f"127.0.0.1:{port}",
+        "--cert-dir", str(tmp_path / "certs"),
+        "--manage-certificates",
+        "--webhook-url", f"https://127.0.0.1:{port}/mutate-v1-pod",
+        "--health-probe-bind-address", f"127.0.0.1:{probes}",
+        "--metrics-bind-address", f"127.0.0.1:{free_port()}",
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+
+    async def serving() -> bool:
+        try:
+            _, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=ssl._create_unverified_context()
+            )
+        except OSError:
+            return False
+        writer.close()
+        return True
+
+    try:
+        await eventually(serving, within=60)
+        yield process
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+async def create_pod(kube_api: ApiClient, namespace: str) -> dict[str, Any]:
+    created: dict[str, Any] = await Client(kube_api).create(PODS, workload_pod(namespace))
+    return created
+
+
+@pytest.mark.usefixtures("webhook_process")
+async def test_the_policy_opts_the_workload_pod_out_of_the_mesh_before_istio_is_called(
+    kube_api: ApiClient, namespace: str, pod_policy: MakePolicy
+) -> None:
+    async with MeshInjector(kube_api) as mesh:
+        await mesh.enable(namespace)
+        without = await create_pod(kube_api, namespace)
+        assert MeshInjector.SIDECAR in {c["name"] for c in without["spec"]["containers"]}
+        assert OPT_OUT not in without["metadata"]["labels"]
+        await pod_policy(meshes=["istio"])
+
+        async def opted_out() -> bool:
+            pod = await create_pod(kube_api, namespace)
+            containers = {c["name"] for c in pod["spec"]["containers"]}
+            return pod["metadata"]["labels"].get(OPT_OUT) == "false" and containers == {"cuda"}
+
+        await eventually(opted_out, within=30)
+        injected = len(mesh.injected)
+        pod = await create_pod(kube_api, namespace)
+        assert pod["spec"].get("initContainers") is None, "Istio's webhook was never called"
+        assert len(mesh.injected) == injected
+
+
+@pytest.mark.usefixtures("webhook_process")
+async def test_dry_run_and_pods_of_other_namespaces(
+    kube_api: ApiClient, namespace: str, pod_policy: MakePolicy
+) -> None:
+    await pod_policy(meshes=["istio"], labels={"team": "gpu"})
+    client = Client(kube_api)
+
+    async def labelled() -> bool:
+        pod = await client.request(
+            "POST", PODS.path(namespace), query={"dryRun": "All"}, body=workload_pod(namespace)
+        )
+        return bool(pod["metadata"]["labels"].get("team") == "gpu")
+
+    await eventually(labelled, within=30)
+    assert await client.list(PODS, namespace) == [], "a dry run creates nothing"
+    other = "default"
+    pod = await client.request(
+        "POST", PODS.path(other), query={"dryRun": "All"}, body=workload_pod(other)
+    )
+    assert "team" not in pod["metadata"]["labels"], "only the operands' namespace is changed"
+
+
+async def test_certificates_rotate_while_the_apiserver_keeps_calling(
+    kube_api: ApiClient, namespace: str, pod_policy: MakePolicy, tmp_path: Path
+) -> None:
+    """A fake clock ages the certificates: serving renewed at 20 min, the CA at 40 min, the old
+    CA dropped at 60 min (all within the hour certificates are backdated by, so the real
+    apiserver accepts every one of them)."""
+    await pod_policy(labels={"rotation": "seen"})
+    client = Client(kube_api)
+    port = free_port()
+    clock = FakeClock()
+    server = WebhookServer(tmp_path, host="127.0.0.1", port=port, clock=clock)
+    policies = PolicySet()
+    for obj in await client.list(POD_POLICIES):
+        policies.on_add(obj)
+    server.register(MUTATE_PATH, PodPolicyHandler(policies, namespace))
+    certificates = CertificateManager(
+        client,
+        namespace,
+        tmp_path,
+        ["127.0.0.1"],
+        client_config={"url": f"https://127.0.0.1:{port}{MUTATE_PATH}"},
+        on_files=server.certs.reload,
+        lifetimes=Lifetimes(
+            ca=datetime.timedelta(minutes=60), serving=datetime.timedelta(minutes=30)
+        ),
+        clock=clock,
+    )
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(server.start(stop)), asyncio.create_task(certificates.start(stop))]
+    try:
+        await server.wait_listening()
+
+        async def admitted() -> bool:
+            pod = await client.request(
+                "POST", PODS.path(namespace), query={"dryRun": "All"}, body=workload_pod(namespace)
+            )
+            return bool(pod["metadata"]["labels"].get("rotation") == "seen")
+
+        await eventually(admitted, within=30)
+        seen_cas, seen_certs = set(), set()
+        for _ in range(int(70 * 60 / 30)):  # 70 minutes in 30-second passes
+            await clock.step(30)
+            await certificates.sync()
+            assert await admitted(), f"refused at {clock.now() / 60:.1f} min"
+            secret = await client.get(SECRETS, SECRET_NAME, namespace)
+            seen_cas.add(secret["data"]["ca.crt"])
+            seen_certs.add(server.certs.certificate)
+        configuration = await read_configuration(client)
+        assert published_bundle(configuration) is not None
+        assert len(seen_cas) >= 2, "the CA rotated"
+        assert len(seen_certs) >= 3, "the serving certificate was renewed and moved to the new CA"
+        bundle = await client.get(SECRETS, SECRET_NAME, namespace)
+        assert bundle["data"][BUNDLE_KEY]
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+        clock.close()
