@@ -44,7 +44,7 @@ def mutate(pod: Mapping[str, Any], policies: Iterable[PodPolicy]) -> Mutation:
     warnings: list[str] = []
     changed_by: list[str] = []
     for policy in sorted(policies, key=_name):
-        labels = mutated.get("metadata", {}).get("labels") or {}
+        labels = (mutated.get("metadata") or {}).get("labels") or {}
         if not targets_pod(policy.spec.targets, labels):
             continue
         changed = False
@@ -79,7 +79,7 @@ def _settings(policy: PodPolicy, pod: Mapping[str, Any]) -> list[tuple[tuple[str
         settings += [((kind, key), value) for key, value in values.items()]
     if spec.resources is not None:
         for list_name in ("initContainers", "containers"):
-            for index, _ in enumerate(pod.get("spec", {}).get(list_name) or ()):
+            for index, _ in enumerate((pod.get("spec") or {}).get(list_name) or ()):
                 for section in ("requests", "limits"):
                     for resource, quantity in getattr(spec.resources, section).items():
                         settings.append(((list_name, str(index), section, resource), quantity))
