@@ -89,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT; 2 on bad input or an unreachable apiserver."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
+        if args.kubeconfig is not None and not args.kubeconfig.is_file():
+            raise InvalidInput(f"cannot load the kubeconfig: {args.kubeconfig} is not a file")
         asyncio.run(_serve(args))
     except InvalidInput as error:
         print(f"gpuctrl webhook: {error}", file=sys.stderr)

@@ -14,15 +14,17 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from kubernetes_asyncio.client import ApiClient
 
 from gpuctrl.runtime import Client, Resource
 from gpuctrl.runtime.webhook import WebhookServer
-from gpuctrl.testing import ControlPlane, FakeClock, MeshInjector, eventually
+from gpuctrl.testing import ControlPlane, FakeClock, MeshInjector, eventually, write_secret_volume
 from webhooks._certmanager import SECRET_NAME, CertificateManager
 from webhooks._configuration import published_bundle, read_configuration
 from webhooks._handler import MUTATE_PATH, POD_POLICIES, PodPolicyHandler, PolicySet
-from webhooks._pki import BUNDLE_KEY, Lifetimes
+from webhooks._pki import BUNDLE_KEY, CERT_KEY, KEY_KEY, Lifetimes, next_secret_data
 
 MakePolicy = Callable[..., Awaitable[dict[str, Any]]]
 
@@ -55,41 +57,60 @@ def workload_pod(namespace: str) -> dict[str, Any]:
     }
 
 
-@pytest_asyncio.fixture
-async def webhook_process(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path, pod_policy: MakePolicy
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``gpuctrl webhook --manage-certificates --webhook-url ...`` for ``namespace``."""
-    port, probes = free_port(), free_port()
+async def start_webhook(
+    control_plane: ControlPlane, namespace: str, port: int, *flags: str
+) -> asyncio.subprocess.Process:
+    """``gpuctrl webhook`` for ``namespace`` on ``port``, once it accepts TLS connections."""
     process = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).with_name("gpuctrl")), "webhook",
         "--kubeconfig", str(control_plane.kubeconfig),
         "--namespace", namespace,
         "--bind-address", f"127.0.0.1:{port}",
-        "--cert-dir", str(tmp_path / "certs"),
-        "--manage-certificates",
         "--webhook-url", f"https://127.0.0.1:{port}/mutate-v1-pod",
-        "--health-probe-bind-address", f"127.0.0.1:{probes}",
+        "--health-probe-bind-address", f"127.0.0.1:{free_port()}",
         "--metrics-bind-address", f"127.0.0.1:{free_port()}",
+        *flags,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
 
     async def serving() -> bool:
-        try:
-            _, writer = await asyncio.open_connection(
-                "127.0.0.1", port, ssl=ssl._create_unverified_context()
-            )
-        except OSError:
-            return False
-        writer.close()
-        return True
+        return await served_certificate(port) is not None
 
     try:
         await eventually(serving, within=60)
-        yield process
-    finally:
+    except BaseException:
         process.terminate()
         await process.wait()
+        raise
+    return process
+
+
+async def served_certificate(port: int) -> bytes | None:
+    """The DER certificate a new TLS connection to ``port`` is handed, None if none answers."""
+    try:
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=ssl._create_unverified_context()
+        )
+    except OSError:
+        return None
+    der: bytes = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    writer.close()
+    await writer.wait_closed()
+    return der
+
+
+@pytest_asyncio.fixture
+async def webhook_process(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path, pod_policy: MakePolicy
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``gpuctrl webhook --manage-certificates --webhook-url ...`` for ``namespace``."""
+    process = await start_webhook(
+        control_plane, namespace, free_port(), "--manage-certificates",
+        "--cert-dir", str(tmp_path / "certs"),
+    )  # fmt: skip
+    yield process
+    process.terminate()
+    await process.wait()
 
 
 async def create_pod(kube_api: ApiClient, namespace: str) -> dict[str, Any]:
@@ -199,3 +220,61 @@ async def test_certificates_rotate_while_the_apiserver_keeps_calling(
         stop.set()
         await asyncio.gather(*tasks)
         clock.close()
+
+
+async def test_certificate_files_replaced_under_cert_dir_reach_new_connections(
+    control_plane: ControlPlane,
+    kube_api: ApiClient,
+    namespace: str,
+    pod_policy: MakePolicy,
+    tmp_path: Path,
+) -> None:
+    """A Secret volume (as cert-manager fills it: ca.crt, tls.crt, tls.key) renewed under the
+    same CA: new connections get the new certificate, the apiserver keeps calling."""
+    await pod_policy(labels={"files": "seen"})
+    lifetimes = Lifetimes(serving=datetime.timedelta(minutes=60))
+    start = datetime.datetime.now(datetime.UTC)
+    first = settle({}, start, lifetimes)
+    renewed = settle(first, start + datetime.timedelta(minutes=41), lifetimes)
+    assert renewed[CERT_KEY] != first[CERT_KEY]
+    volume = tmp_path / "volume"
+    write_secret_volume(volume, {k: first[k] for k in ("ca.crt", CERT_KEY, KEY_KEY)})
+    port = free_port()
+    process = await start_webhook(control_plane, namespace, port, "--cert-dir", str(volume))
+    client = Client(kube_api)
+
+    async def admitted() -> bool:
+        pod = await client.request(
+            "POST", PODS.path(namespace), query={"dryRun": "All"}, body=workload_pod(namespace)
+        )
+        return bool(pod["metadata"]["labels"].get("files") == "seen")
+
+    try:
+        await eventually(admitted, within=30)
+        assert await served_certificate(port) == der(first[CERT_KEY])
+        write_secret_volume(volume, {k: renewed[k] for k in ("ca.crt", CERT_KEY, KEY_KEY)})
+
+        async def new_certificate() -> bool:
+            return await served_certificate(port) == der(renewed[CERT_KEY])
+
+        await eventually(new_certificate, within=10)
+        assert await admitted()
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+def settle(
+    data: dict[str, bytes], now: datetime.datetime, lifetimes: Lifetimes
+) -> dict[str, bytes]:
+    while (
+        following := next_secret_data(
+            data, now, ["127.0.0.1"], data.get(BUNDLE_KEY, b""), lifetimes
+        )
+    ) is not None:
+        data = following
+    return data
+
+
+def der(pem: bytes) -> bytes:
+    return x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,23 +16,14 @@ from prometheus_client import generate_latest
 
 from gpuctrl.runtime import METRICS_REGISTRY
 from gpuctrl.runtime.webhook import AdmissionRequest, AdmissionResponse, WebhookServer, patched
+from gpuctrl.testing import write_secret_volume
 from gpuctrl.testing._pki import self_signed_pair
 
 
 def secret_volume(folder: Path, version: str) -> bytes:
-    """Lay out a Secret volume as the kubelet does (files -> ..data -> ..<version>); swap it
-    atomically to ``version``; return the certificate's PEM."""
+    """Swap the Secret volume in ``folder`` to a new self-signed pair; return its certificate."""
     cert, key = self_signed_pair(f"webhook-{version}", ["127.0.0.1"])
-    payload = folder / f"..{version}"
-    payload.mkdir()
-    (payload / "tls.crt").write_bytes(cert)
-    (payload / "tls.key").write_bytes(key)
-    link = folder / "..data_tmp"
-    link.symlink_to(payload.name)
-    os.replace(link, folder / "..data")
-    for name in ("tls.crt", "tls.key"):
-        if not (folder / name).is_symlink():
-            (folder / name).symlink_to(f"..data/{name}")
+    write_secret_volume(folder, {"tls.crt": cert, "tls.key": key})
     return cert
 
 
@@ -159,7 +149,7 @@ async def test_a_mismatched_pair_keeps_the_old_certificate(
 ) -> None:
     server, cert = served
     _, other_key = self_signed_pair("other", ["127.0.0.1"])
-    (tmp_path / "..v1" / "tls.key").write_bytes(other_key)
+    (tmp_path / "tls.key").resolve().write_bytes(other_key)
     assert not server.certs.reload()
     assert server.ready()
     assert (await post(server, cert, review({})))[0] == 200
