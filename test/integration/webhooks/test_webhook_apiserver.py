@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import os
 import socket
@@ -278,3 +279,39 @@ def settle(
 
 def der(pem: bytes) -> bytes:
     return x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER)
+
+
+async def test_replicas_share_the_secret_without_fighting(
+    kube_api: ApiClient, namespace: str, pod_policy: MakePolicy, tmp_path: Path
+) -> None:
+    """Three replicas start at once and then age together past a CA rotation: every pass ends
+    with all of them serving the Secret's one serving certificate."""
+    client = Client(kube_api)
+    clock = FakeClock()
+    lifetimes = Lifetimes(ca=datetime.timedelta(minutes=60), serving=datetime.timedelta(minutes=30))
+    replicas = [
+        CertificateManager(
+            client,
+            namespace,
+            tmp_path / f"replica-{i}",
+            ["127.0.0.1"],
+            client_config={"url": "https://127.0.0.1:1/mutate-v1-pod"},
+            lifetimes=lifetimes,
+            clock=clock,
+        )
+        for i in range(3)
+    ]
+    cas = set()
+    for _ in range(6):
+        await asyncio.gather(*(replica.sync() for replica in replicas))
+        await asyncio.gather(*(replica.sync() for replica in replicas))  # losers adopt
+        secret = await client.get(SECRETS, SECRET_NAME, namespace)
+        cas.add(secret["data"]["ca.crt"])
+        serving = base64.b64decode(secret["data"][CERT_KEY])
+        for i in range(3):
+            assert (tmp_path / f"replica-{i}" / "tls.crt").read_bytes() == serving
+        configuration = await read_configuration(client)
+        assert published_bundle(configuration) == base64.b64decode(secret["data"][BUNDLE_KEY])
+        await clock.step(10 * 60)
+    assert len(cas) == 2, "one CA rotation in 50 minutes"
+    clock.close()
