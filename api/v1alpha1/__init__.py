@@ -52,6 +52,7 @@ from api.v1alpha1._validation import (
     load_pod_policy,
     validate,
     validate_pod_policy,
+    validate_workloads,
 )
 from api.v1alpha1._validator import ValidatorCheck, ValidatorSpec, ValidatorWorkloads
 
@@ -106,5 +107,6 @@ __all__ = [
     "targets_pod",
     "validate",
     "validate_pod_policy",
+    "validate_workloads",
     "wire",
 ]
