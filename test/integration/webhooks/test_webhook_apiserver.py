@@ -15,13 +15,22 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from kubernetes_asyncio.client import ApiClient
 
+from gpuctrl.cli import main
 from gpuctrl.runtime import Client, Resource
 from gpuctrl.runtime.webhook import WebhookServer
-from gpuctrl.testing import ControlPlane, FakeClock, MeshInjector, eventually, write_secret_volume
+from gpuctrl.testing import (
+    ControlPlane,
+    FakeClock,
+    MeshInjector,
+    SimulatedKubelet,
+    eventually,
+    write_secret_volume,
+)
 from webhooks._certmanager import SECRET_NAME, CertificateManager
 from webhooks._configuration import published_bundle, read_configuration
 from webhooks._handler import MUTATE_PATH, POD_POLICIES, PodPolicyHandler, PolicySet
@@ -34,6 +43,7 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 PODS = Resource("v1", "Pod", "pods")
 SECRETS = Resource("v1", "Secret", "secrets")
 OPT_OUT = "sidecar.istio.io/inject"
+SAMPLE = Path(__file__).parents[3] / "config" / "samples" / "podpolicy-istio.yaml"
 
 
 def free_port() -> int:
@@ -315,3 +325,37 @@ async def test_replicas_share_the_secret_without_fighting(
         await clock.step(10 * 60)
     assert len(cas) == 2, "one CA rotation in 50 minutes"
     clock.close()
+
+
+@pytest.mark.gpu_nodes(count=1)
+@pytest.mark.usefixtures("webhook_process")
+async def test_gpuctrl_validate_cuda_passes_in_a_meshed_namespace_with_the_istio_policy(
+    control_plane: ControlPlane,
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+    pod_policy: MakePolicy,
+    tmp_path: Path,
+) -> None:
+    """Istio injects every pod of the namespace; the PodPolicy of config/samples/ keeps its
+    never-exiting sidecar out of the validator's workload pod, so the check completes."""
+    sample = yaml.safe_load(SAMPLE.read_text())
+    await pod_policy(**sample["spec"])
+    async with MeshInjector(kube_api) as mesh:
+        await mesh.enable(namespace)
+
+        async def policy_applied() -> bool:
+            pod = await create_pod(kube_api, namespace)
+            await Client(kube_api).delete(PODS, pod["metadata"]["name"], namespace)
+            return pod["metadata"]["labels"].get(OPT_OUT) == "false"
+
+        await eventually(policy_applied, within=30)
+        injected = len(mesh.injected)
+        argv = [
+            "validate", "cuda", "--node", gpu_nodes.nodes[0].name, "--namespace", namespace,
+            "--kubeconfig", str(control_plane.kubeconfig), "--output-dir", str(tmp_path),
+            "--timeout", "60",
+        ]  # fmt: skip
+        assert await asyncio.to_thread(main, argv) == 0
+        assert len(mesh.injected) == injected, "Istio's injector never saw the workload pod"
