@@ -123,9 +123,12 @@ async def _serve(args: argparse.Namespace) -> None:
     from webhooks._handler import MUTATE_PATH, POD_POLICIES, PodPolicyHandler, PolicySet
 
     host, port = args.bind_address
-    probe_host, probe_port = args.health_probe_bind_address
     try:
-        manager = await Manager.create(args.kubeconfig, http_host=probe_host, http_port=probe_port)
+        manager = await Manager.create(
+            args.kubeconfig,
+            metrics_bind_address=":".join(map(str, args.metrics_bind_address)),
+            health_probe_bind_address=":".join(map(str, args.health_probe_bind_address)),
+        )
     except Exception as error:  # kubeconfig missing or unreadable: the user's to fix
         raise InvalidInput(f"cannot load the kubeconfig: {error}") from None
     await _check_reachable(manager)
@@ -134,6 +137,7 @@ async def _serve(args: argparse.Namespace) -> None:
     manager.cache.informer(POD_POLICIES).add_handler(policies)
     server.register(MUTATE_PATH, PodPolicyHandler(policies, args.namespace))
     manager.add(server)
+    manager.add_readyz_check("webhook-certificate", server.ready)
     if args.manage_certificates:
         manager.add(
             CertificateManager(
