@@ -10,9 +10,10 @@ Each server runs in its own process on loopback HTTPS (one self-signed certifica
   installed with pip when missing; it needs a cluster to log in to, so a local control plane
   is started for it, and left to settle before any server is measured).
 
-The load generator sends AdmissionReviews of a pod with 3 containers open-loop at ``--rate``
-per second over kept-alive connections (as the apiserver does); latency is measured from each
-request's scheduled send time, so a server that falls behind is charged for the queue.
+The load generator (a lean HTTP/1.1 client on asyncio streams) sends AdmissionReviews of a pod
+with 3 containers open-loop at ``--rate`` per second over kept-alive connections (as the
+apiserver does); latency is measured from each request's scheduled send time, so a server
+that falls behind is charged for the queue.
 An error is a failed request, a non-200 answer, or an answer without the expected patch.
 """
 
@@ -31,8 +32,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-import aiohttp
 
 from gpuctrl.testing import ControlPlane
 from gpuctrl.testing._pki import self_signed_pair
@@ -190,52 +189,101 @@ def serve_kopf(port: int, cert_dir: Path) -> None:
 # --- the load generator ------------------------------------------------------------------
 
 
+class Pool:
+    """Kept-alive HTTPS/1.1 connections on raw asyncio streams: a lean client, so that the
+    load generator costs the shared CPUs as little as it can. One request per connection at a
+    time (as the apiserver's client does); a new connection when all are busy, up to
+    ``limit``."""
+
+    def __init__(self, port: int, path: str, cert: bytes, limit: int = 64) -> None:
+        self._port = port
+        self._head = (
+            f"POST {path}?timeout=10s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "Content-Type: application/json\r\nAccept: application/json\r\n"
+        ).encode()
+        self._context = ssl.create_default_context(cadata=cert.decode())
+        self._idle: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = (
+            asyncio.Queue()
+        )
+        self._all: list[asyncio.StreamWriter] = []
+        self._opening = 0
+        self._limit = limit
+
+    async def post(self, body: bytes) -> tuple[int, bytes]:
+        if self._idle.empty() and len(self._all) + self._opening < self._limit:
+            self._opening += 1
+            try:
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", self._port, ssl=self._context
+                )
+            finally:
+                self._opening -= 1
+            self._all.append(writer)
+        else:
+            reader, writer = await self._idle.get()
+        try:
+            writer.write(self._head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            status = int((await reader.readline()).split()[1])
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            data = await reader.readexactly(length)
+        except BaseException:
+            self._all.remove(writer)  # half-read: never reuse it
+            writer.close()
+            raise
+        self._idle.put_nowait((reader, writer))
+        return status, data
+
+    async def close(self) -> None:
+        for writer in self._all:
+            writer.close()
+
+
 async def load(
     port: int, path: str, cert: bytes, rate: int, seconds: float, expect_patch: bool
 ) -> dict[str, Any]:
-    context = ssl.create_default_context(cadata=cert.decode())
-    url = f"https://127.0.0.1:{port}{path}"
     bodies = [review(i) for i in range(64)]
     latencies: list[float] = []
     errors: list[str] = []
-    connector = aiohttp.TCPConnector(limit=64, ssl=context)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=10)
-    ) as session:
+    pool = Pool(port, path, cert)
 
-        async def one(i: int, scheduled: float, record: bool) -> None:
-            try:
-                async with session.post(
-                    url, data=bodies[i % len(bodies)], headers={"Content-Type": "application/json"}
-                ) as response:
-                    text = await response.read()
-                    ok = response.status == 200
-                    if ok:
-                        answer = json.loads(text)["response"]
-                        ok = answer["allowed"] is True and (("patch" in answer) == expect_patch)
-                    if not ok:
-                        errors.append(f"{response.status}: {text[:200]!r}")
-            except Exception as error:
-                errors.append(repr(error))
-            if record:
-                latencies.append(time.perf_counter() - scheduled)
+    async def one(i: int, scheduled: float, record: bool) -> None:
+        try:
+            async with asyncio.timeout(10):
+                status, text = await pool.post(bodies[i % len(bodies)])
+            ok = status == 200
+            if ok:
+                answer = json.loads(text)["response"]
+                ok = answer["allowed"] is True and (("patch" in answer) == expect_patch)
+            if not ok:
+                errors.append(f"{status}: {text[:200]!r}")
+        except Exception as error:
+            errors.append(repr(error))
+        if record:
+            latencies.append(time.perf_counter() - scheduled)
 
-        async def run(count: int, record: bool) -> None:
-            tasks = []
-            start = time.perf_counter()
-            for i in range(count):
-                scheduled = start + i / rate
-                delay = scheduled - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(one(i, scheduled, record)))
-            await asyncio.gather(*tasks)
+    async def run(count: int, record: bool) -> None:
+        tasks = []
+        start = time.perf_counter()
+        for i in range(count):
+            scheduled = start + i / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i, scheduled, record)))
+        await asyncio.gather(*tasks)
 
+    try:
         await run(rate * 2, record=False)  # warm-up: connections, caches
         errors.clear()
         started = time.perf_counter()
         await run(int(rate * seconds), record=True)
         elapsed = time.perf_counter() - started
+    finally:
+        await pool.close()
     latencies.sort()
     return {
         "requests": len(latencies),
@@ -308,13 +356,16 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                         name
                     ]
                     print(f"{name}: {args.rate} req/s for {args.seconds} s ...", file=sys.stderr)
+                    load_before = round(os.getloadavg()[0], 1)
                     results[name] = await load(
                         port, path, cert, args.rate, args.seconds, name != "floor"
                     )
+                    results[name]["load_average_1min_before"] = load_before
                 finally:
                     process.terminate()
                     process.wait(10)
                 print(f"{name}: {results[name]}", file=sys.stderr)
+    results["load_average_1min_at_end"] = round(os.getloadavg()[0], 1)
     floor, ours = results.get("floor"), results.get("gpuctrl")
     if floor and ours:
         results["gpuctrl_p99_vs_floor"] = round(ours["p99_ms"] / floor["p99_ms"], 2)
