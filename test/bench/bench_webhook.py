@@ -15,6 +15,8 @@ with 3 containers open-loop at ``--rate`` per second over kept-alive connections
 apiserver does); latency is measured from each request's scheduled send time, so a server
 that falls behind is charged for the queue.
 An error is a failed request, a non-200 answer, or an answer without the expected patch.
+Besides latency, each server's CPU time per request (from /proc) is reported: on a shared
+machine it moves much less with the load than latency does.
 """
 
 from __future__ import annotations
@@ -242,8 +244,20 @@ class Pool:
             writer.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process ``pid`` has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def load(
-    port: int, path: str, cert: bytes, rate: int, seconds: float, expect_patch: bool
+    port: int,
+    path: str,
+    cert: bytes,
+    rate: int,
+    seconds: float,
+    expect_patch: bool,
+    server_pid: int,
 ) -> dict[str, Any]:
     bodies = [review(i) for i in range(64)]
     latencies: list[float] = []
@@ -279,9 +293,9 @@ async def load(
     try:
         await run(rate * 2, record=False)  # warm-up: connections, caches
         errors.clear()
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), cpu_seconds(server_pid)
         await run(int(rate * seconds), record=True)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, cpu_seconds(server_pid) - cpu_started
     finally:
         await pool.close()
     latencies.sort()
@@ -293,6 +307,7 @@ async def load(
         "max_ms": round(1000 * latencies[-1], 2),
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
+        "server_cpu_ms_per_request": round(1000 * cpu / len(latencies), 3),
     }
 
 
@@ -358,7 +373,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     print(f"{name}: {args.rate} req/s for {args.seconds} s ...", file=sys.stderr)
                     load_before = round(os.getloadavg()[0], 1)
                     results[name] = await load(
-                        port, path, cert, args.rate, args.seconds, name != "floor"
+                        port, path, cert, args.rate, args.seconds, name != "floor", process.pid
                     )
                     results[name]["load_average_1min_before"] = load_before
                 finally:
@@ -367,10 +382,12 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"{name}: {results[name]}", file=sys.stderr)
     results["load_average_1min_at_end"] = round(os.getloadavg()[0], 1)
     floor, ours = results.get("floor"), results.get("gpuctrl")
-    if floor and ours:
-        results["gpuctrl_p99_vs_floor"] = round(ours["p99_ms"] / floor["p99_ms"], 2)
-    if ours and results.get("kopf"):
-        results["kopf_p99_vs_gpuctrl"] = round(results["kopf"]["p99_ms"] / ours["p99_ms"], 2)
+    kopf = results.get("kopf")
+    for figure in ("p99_ms", "server_cpu_ms_per_request"):
+        if floor and ours:
+            results[f"gpuctrl_vs_floor_{figure}"] = round(ours[figure] / floor[figure], 2)
+        if ours and kopf:
+            results[f"kopf_vs_gpuctrl_{figure}"] = round(kopf[figure] / ours[figure], 2)
     return results
 
 
