@@ -36,6 +36,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "render", "render the objects a ClusterPolicy asks for, offline", "controllers.render.cli"
     ),
     Subcommand(
+        "webhook", "the admission webhook applying PodPolicies to gpuctrl's pods", "webhooks.cli"
+    ),
+    Subcommand(
         "check-repo",
         "check a driver package repository ConfigMap offline",
         "controllers.checkrepo",

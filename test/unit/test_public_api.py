@@ -12,9 +12,11 @@ PACKAGES = (
     "api.v1alpha1",
     "controllers.render",
     "gpuctrl.runtime",
+    "gpuctrl.runtime.webhook",
     "gpuctrl.testing",
     "gpuctrl.toolkit",
     "gpuctrl.validator",
+    "webhooks",
 )
 
 
