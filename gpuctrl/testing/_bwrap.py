@@ -108,13 +108,14 @@ def bwrap_argv(
         str(info_fd),
         "--tmpfs",
         "/",
+        # Before the system binds: a virtualenv or project under /tmp must stay visible.
+        "--tmpfs",
+        "/tmp",
         *system,
         "--dev",
         "/dev",
         "--proc",
         "/proc",
-        "--tmpfs",
-        "/tmp",
     ]
     for mount in sorted(mounts, key=lambda m: len(PurePosixPath(m.target).parts)):
         kind = "--ro-bind" if mount.read_only else "--bind"

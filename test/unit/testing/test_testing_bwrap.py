@@ -137,3 +137,13 @@ def test_the_command_line_has_an_empty_root_and_mounts_outer_first() -> None:
 )
 def test_expand_as_the_kubelet_does(text: str, expanded: str) -> None:
     assert expand(text, {"A": "1", "B": "two"}) == expanded
+
+
+def test_a_project_under_tmp_stays_visible_over_the_sandboxs_own_tmp() -> None:
+    argv = bwrap_argv(
+        ["true"], system=["--ro-bind", "/tmp/ci/.venv", "/tmp/ci/.venv"], mounts=[],
+        working_dir="/", hostname="pod-1", info_fd=7,
+    )  # fmt: skip
+
+    tmp = next(i for i in range(len(argv) - 1) if argv[i : i + 2] == ["--tmpfs", "/tmp"])
+    assert tmp < argv.index("/tmp/ci/.venv")
