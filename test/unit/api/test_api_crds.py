@@ -20,7 +20,8 @@ def test_committed_crd_matches_models(name: str) -> None:
 
 
 def test_no_stray_crd_files() -> None:
-    assert sorted(p.name for p in CRD_DIR.glob("*.yaml")) == sorted(GENERATED)
+    found = sorted(p.name for p in CRD_DIR.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert found == sorted(GENERATED)
 
 
 def _nodes(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
