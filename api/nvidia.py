@@ -121,12 +121,23 @@ def _section(
             _toolkit_env(field or [], out, where, dropped)
         elif section == "validator" and key in ("driver", "toolkit", "cuda", "plugin"):
             out[key] = _only(field or {}, _VALIDATOR_CHECK_FIELDS, where, dropped)
+        elif section == "daemonsets" and key == "rollingUpdate":
+            out[key] = _rolling_update(_only(field, ("maxUnavailable",), where, dropped))
         elif section == "driver" and key in ("repoConfig", "certConfig"):
             kept = _REPO_FIELDS if key == "repoConfig" else _CERT_FIELDS
             out[key] = _only(field or {}, kept, where, dropped)
         else:
             out[key] = field
     return out
+
+
+def _rolling_update(value: dict[str, Any]) -> dict[str, Any]:
+    # NVIDIA's chart quotes the number (maxUnavailable: "1"); gpuctrl's CRD takes a number or
+    # a percentage.
+    number = value.get("maxUnavailable")
+    if isinstance(number, str) and number.isdigit():
+        return {**value, "maxUnavailable": int(number)}
+    return value
 
 
 def _only(

@@ -70,6 +70,8 @@ def test_cli_prints_policy_and_lost_fields(capsys: pytest.CaptureFixture[str]) -
     converted = yaml.safe_load(out)
     assert converted["apiVersion"] == "gpuctrl.io/v1alpha1"
     assert converted["metadata"] == {"name": "cluster-policy"}
+    # NVIDIA quotes the number; the CRD's int-or-string takes a number or a percentage.
+    assert converted["spec"]["daemonsets"]["rollingUpdate"] == {"maxUnavailable": 1}
     assert "not carried over: spec.dcgmExporter: gpuctrl has no dcgmExporter operand" in err
 
 
