@@ -298,3 +298,30 @@ def test_cert_manager_option() -> None:
         "kind": "ClusterIssuer",
         "name": "ca",
     }
+
+
+# The metrics the dashboard may use: controller-runtime's names (issue 10, 11) and gpuctrl's.
+DASHBOARD_METRICS = {
+    "controller_runtime_reconcile_total",
+    "controller_runtime_reconcile_errors_total",
+    "controller_runtime_reconcile_time_seconds_bucket",
+    "workqueue_depth",
+    "workqueue_queue_duration_seconds_bucket",
+    "workqueue_work_duration_seconds_bucket",
+    "leader_election_master_status",
+    "gpuctrl_gpu_nodes",
+    "gpuctrl_operand_ready_nodes",
+    "gpuctrl_operand_desired_nodes",
+    "controller_runtime_webhook_latency_seconds_bucket",
+    "controller_runtime_webhook_requests_total",
+    "gpuctrl_pod_policy_mutations_total",
+}
+
+
+def test_dashboard_covers_reconciles_queues_operands_and_webhook() -> None:
+    dashboard = json.loads((CONFIG / "grafana" / "gpuctrl.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\b([a-z_]+)\{", e)}
+    assert used == DASHBOARD_METRICS
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}"
