@@ -35,7 +35,10 @@ async def install_crds(client: Client) -> None:
         await client.apply(crds, yaml.safe_load(path.read_text()), field_manager="test")
 
     async def served() -> None:
-        await client.list(POLICIES)
+        try:
+            await client.list(POLICIES)
+        except NotFound as error:
+            raise AssertionError("ClusterPolicies are not served yet") from error
 
     await eventually(served, within=30)
 
