@@ -125,10 +125,15 @@ def _parse(spec: str) -> tuple[ClusterPolicy | None, tuple[Problem, ...]]:
 
 
 def to_honoured(cache: Cache) -> Mapper:
-    """A mapper from any object to the honoured ClusterPolicy's request (none without one)."""
+    """A mapper from any object to the honoured ClusterPolicy's request (none without one).
+
+    It reads the policies' store as it is: before that informer synced, nothing is mapped,
+    and the policy's own add event enqueues it once it is listed.
+    """
+    policies = cache.informer(CLUSTER_POLICIES)
 
     def mapper(obj: Mapping[str, Any]) -> Iterable[Request]:
-        found = min(cache.list(CLUSTER_POLICIES), key=_age, default=None)
+        found = min(policies.store.list(), key=_age, default=None)
         return () if found is None else (Request("", found["metadata"]["name"]),)
 
     return mapper
