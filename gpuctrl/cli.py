@@ -37,6 +37,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     ),
     Subcommand("manager", "run the operator's controllers", "controllers.cli"),
     Subcommand(
+        "webhook", "the admission webhook applying PodPolicies to gpuctrl's pods", "webhooks.cli"
+    ),
+    Subcommand(
         "migrate",
         "convert an nvidia.com/v1 ClusterPolicy to gpuctrl.io/v1alpha1",
         "controllers.migrate",
