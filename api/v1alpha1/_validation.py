@@ -27,6 +27,8 @@ from api.v1alpha1._rules import (
     resource_problems,
     toleration_problems,
 )
+from api.v1alpha1._selector import selector_problems
+from api.v1alpha1._validator import ValidatorWorkloads
 
 __all__ = [
     "InvalidPolicy",
@@ -35,6 +37,7 @@ __all__ = [
     "load_pod_policy",
     "validate",
     "validate_pod_policy",
+    "validate_workloads",
 ]
 
 # Host folders a node-local repository must never be (or be under): the system's own state.
@@ -102,15 +105,7 @@ def validate(policy: ClusterPolicy) -> list[Problem]:
         annotation_problems("spec.daemonsets.annotations", spec.daemonsets.annotations),
         label_problems("spec.daemonsets.nodeSelector", spec.daemonsets.node_selector),
         toleration_problems("spec.daemonsets.tolerations", spec.daemonsets.tolerations),
-        label_problems("spec.validator.workloads.labels", spec.validator.workloads.labels),
-        annotation_problems(
-            "spec.validator.workloads.annotations", spec.validator.workloads.annotations
-        ),
-        toleration_problems(
-            "spec.validator.workloads.tolerations", spec.validator.workloads.tolerations
-        ),
-        resource_problems("spec.validator.workloads.resources", spec.validator.workloads.resources),
-        image_problems("spec.validator.workloads.image", spec.validator.workloads.image),
+        iter(validate_workloads(spec.validator.workloads, "spec.validator.workloads.")),
         image_problems(
             "spec.toolkit.runtimeImage.version", image_reference(spec.toolkit.runtime_image)
         ),
@@ -122,6 +117,26 @@ def validate(policy: ClusterPolicy) -> list[Problem]:
     for check in ("driver", "toolkit", "cuda", "plugin"):
         env = getattr(spec.validator, check).env
         checks.append(env_problems(f"spec.validator.{check}.env", env))
+    return [problem for check in checks for problem in check]
+
+
+def validate_workloads(workloads: ValidatorWorkloads, prefix: str = "") -> list[Problem]:
+    """Every problem of a policy's ``validator.workloads`` (paths start with ``prefix``)."""
+    checks = [
+        label_problems(f"{prefix}labels", workloads.labels),
+        annotation_problems(f"{prefix}annotations", workloads.annotations),
+        toleration_problems(f"{prefix}tolerations", workloads.tolerations),
+        resource_problems(f"{prefix}resources", workloads.resources),
+        image_problems(f"{prefix}image", workloads.image),
+    ]
+    named = {
+        "configMapName": workloads.config_map_name,
+        "priorityClassName": workloads.priority_class_name,
+        "runtimeClassName": workloads.runtime_class_name,
+    }
+    checks.extend(
+        name_problems(f"{prefix}{field}", name) for field, name in named.items() if name is not None
+    )
     return [problem for check in checks for problem in check]
 
 
@@ -137,6 +152,7 @@ def validate_pod_policy(policy: PodPolicy) -> list[Problem]:
         checks.append(
             label_problems("spec.targets.selector.matchLabels", spec.targets.selector.match_labels)
         )
+        checks.append(selector_problems("spec.targets.selector", spec.targets.selector))
     return [problem for check in checks for problem in check]
 
 
@@ -194,9 +210,6 @@ def _names(policy: ClusterPolicy) -> Iterator[Problem]:
         "spec.daemonsets.priorityClassName": spec.daemonsets.priority_class_name,
         "spec.driver.repoConfig.configMapName": spec.driver.repo_config.config_map_name,
         "spec.driver.certConfig.name": spec.driver.cert_config.name,
-        "spec.validator.workloads.configMapName": spec.validator.workloads.config_map_name,
-        "spec.validator.workloads.priorityClassName": spec.validator.workloads.priority_class_name,
-        "spec.validator.workloads.runtimeClassName": spec.validator.workloads.runtime_class_name,
     }
     for path, name in named.items():
         if name is not None:

@@ -11,9 +11,15 @@ not an error: `nodes_without_driver` names them for the caller to report.
 from controllers.render._driver import nodes_without_driver
 from controllers.render._errors import MissingConfigMap, RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts, NodeFacts, OsRelease
-from controllers.render._render import builtin_workload_templates, render
+from controllers.render._render import (
+    COMPONENTS,
+    builtin_workload_templates,
+    render,
+    render_component,
+)
 
 __all__ = [
+    "COMPONENTS",
     "ClusterFacts",
     "ConfigMapFacts",
     "MissingConfigMap",
@@ -23,4 +29,5 @@ __all__ = [
     "builtin_workload_templates",
     "nodes_without_driver",
     "render",
+    "render_component",
 ]

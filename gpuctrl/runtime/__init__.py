@@ -16,6 +16,7 @@ from ._client import (
     set_controller_reference,
 )
 from ._clock import Clock, SystemClock, TimerHandle
+from ._conditions import set_condition, update_status
 from ._controller import Controller, Reconciler
 from ._enqueue import Mapper, request_for_object, requests_for_owner
 from ._errors import (
@@ -138,6 +139,8 @@ __all__ = [
     "requests_for_owner",
     "resource_version_changed",
     "retry_on_conflict",
+    "set_condition",
     "set_controller_reference",
     "thaw",
+    "update_status",
 ]

@@ -6,7 +6,7 @@ the cuda and plugin checks run a workload pod built from a ConfigMap template
 (`render_template`, `apply_overrides`, `pin_workload`) and judge it from its status alone
 (`verdict`), so an injected sidecar cannot hold them hostage.
 
-The names that need the Kubernetes client (`RetryPolicy`, `WorkloadCheck`,
+The names that need the Kubernetes client (`RetryPolicy`, `WorkloadCheck`, `WorkloadPod`,
 `build_workload_pod`, `run_workload_check`) are imported on first use, so the driver and
 toolkit checks never load it.
 """
@@ -15,8 +15,13 @@ import importlib
 import typing
 
 from gpuctrl.validator._pod import (
+    COMPONENT,
+    COMPONENT_LABEL,
+    InvalidOverrides,
     PodOwner,
     apply_overrides,
+    overrides_field,
+    overrides_problems,
     pin_workload,
     template_containers,
     workload_selector,
@@ -44,16 +49,20 @@ if typing.TYPE_CHECKING:
     from gpuctrl.validator._workload import (
         RetryPolicy,
         WorkloadCheck,
+        WorkloadPod,
         build_workload_pod,
         run_workload_check,
     )
 
 __all__ = [
+    "COMPONENT",
+    "COMPONENT_LABEL",
     "DEFAULT_MAX_RESTARTS",
     "DEFAULT_OUTPUT_DIR",
     "NODE_KILL_REASONS",
     "Evicted",
     "Failed",
+    "InvalidOverrides",
     "Passed",
     "Pending",
     "PodOwner",
@@ -63,11 +72,14 @@ __all__ = [
     "TemplateSource",
     "Verdict",
     "WorkloadCheck",
+    "WorkloadPod",
     "apply_overrides",
     "build_workload_pod",
     "builtin_template",
     "clear_status",
     "driver_command",
+    "overrides_field",
+    "overrides_problems",
     "pin_workload",
     "render_template",
     "run_smi",
@@ -80,7 +92,9 @@ __all__ = [
     "write_status",
 ]
 
-_LAZY = frozenset({"RetryPolicy", "WorkloadCheck", "build_workload_pod", "run_workload_check"})
+_LAZY = frozenset(
+    {"RetryPolicy", "WorkloadCheck", "WorkloadPod", "build_workload_pod", "run_workload_check"}
+)
 
 
 def __getattr__(name: str) -> object:

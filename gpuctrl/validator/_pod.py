@@ -2,22 +2,29 @@
 
 `apply_overrides` puts a ClusterPolicy's ``validator.workloads`` onto a pod; `pin_workload`
 then sets what the agent relies on (namespace, node, labels, owner) whatever the template or
-the overrides say. Both return a new dict and leave their input alone.
+the overrides say. Both return a new dict and leave their input alone. `overrides_problems`
+says what in the overrides the apiserver would reject, naming the field.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from api.v1alpha1 import ResourceRequirements, ValidatorWorkloads, wire
+from api.v1alpha1 import ResourceRequirements, ValidatorWorkloads, validate_workloads, wire
 
 __all__ = [
+    "COMPONENT",
+    "COMPONENT_LABEL",
     "MANAGED_BY_LABEL",
     "VALIDATION_LABEL",
+    "InvalidOverrides",
     "PodOwner",
     "apply_overrides",
+    "overrides_field",
+    "overrides_problems",
     "pin_workload",
     "template_containers",
     "workload_selector",
@@ -25,6 +32,28 @@ __all__ = [
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 VALIDATION_LABEL = "gpuctrl.io/validation"
+# The component of every workload pod: PodPolicies (and the webhook applying them) target it.
+COMPONENT_LABEL = "app.kubernetes.io/component"
+COMPONENT = "validator-workloads"
+
+# Which overrides field sets a Pod field (a field path as the apiserver names it).
+_FIELDS_BY_POD_FIELD = (
+    (re.compile(r"^metadata\.labels\b"), "labels"),
+    (re.compile(r"^metadata\.annotations\b"), "annotations"),
+    (re.compile(r"^spec\.(initContainers|containers)\[\d+\]\.resources\b"), "resources"),
+    (re.compile(r"^spec\.securityContext\b"), "securityContext"),
+    (re.compile(r"^spec\.tolerations\b"), "tolerations"),
+    (re.compile(r"^spec\.(priorityClassName|priority)\b"), "priorityClassName"),
+    (re.compile(r"^spec\.runtimeClassName\b"), "runtimeClassName"),
+)
+
+
+class InvalidOverrides(ValueError):
+    """Overrides (``validator.workloads``) that no pod can take; ``str()`` names the fields."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
 
 
 @dataclass(frozen=True)
@@ -48,6 +77,16 @@ def template_containers(pod: dict[str, Any]) -> frozenset[str]:
         for field in ("initContainers", "containers")
         for container in spec.get(field) or []
     )
+
+
+def overrides_problems(overrides: ValidatorWorkloads) -> list[str]:
+    """What in ``overrides`` the apiserver would reject, each as ``field: problem``."""
+    return [str(problem) for problem in validate_workloads(overrides)]
+
+
+def overrides_field(pod_field: str) -> str | None:
+    """The overrides field that sets ``pod_field`` (``metadata.labels`` -> ``labels``), if any."""
+    return next((field for path, field in _FIELDS_BY_POD_FIELD if path.match(pod_field)), None)
 
 
 def apply_overrides(pod: dict[str, Any], overrides: ValidatorWorkloads) -> dict[str, Any]:
@@ -88,7 +127,8 @@ def apply_overrides(pod: dict[str, Any], overrides: ValidatorWorkloads) -> dict[
 def pin_workload(
     pod: dict[str, Any], check: str, namespace: str, node_name: str, owner: PodOwner | None
 ) -> dict[str, Any]:
-    """``pod`` in ``namespace`` on ``node_name``, labelled as ``check``'s workload.
+    """``pod`` in ``namespace`` on ``node_name``, labelled as ``check``'s workload and as the
+    ``validator-workloads`` component of gpuctrl (so that PodPolicies target it).
 
     With an ``owner`` the pod's owner references become that one pod, so it is deleted with
     the agent. These fields win over anything the template or the overrides set.
@@ -99,6 +139,7 @@ def pin_workload(
     metadata["labels"] = {
         **(metadata.get("labels") or {}),
         MANAGED_BY_LABEL: "gpuctrl",
+        COMPONENT_LABEL: COMPONENT,
         VALIDATION_LABEL: check,
     }
     if owner is not None:

@@ -12,25 +12,16 @@ from importlib import resources
 from typing import Any
 
 import jinja2
-import jinja2.meta
-import jinja2.nodes
 import yaml
 
+from gpuctrl.validator._sandbox import TEMPLATE_FILENAME, refusal, render
+
 __all__ = [
-    "TEMPLATE_VARIABLES",
     "TemplateError",
     "TemplateSource",
     "builtin_template",
     "render_template",
 ]
-
-# The variables a template may use; any other name is an error, even in a branch not taken.
-TEMPLATE_VARIABLES = frozenset(
-    {"namespace", "node_name", "image", "image_pull_policy", "runtime_class_name"}
-)
-
-# The file name Jinja2 gives templates made from strings; their traceback frames carry it.
-_TEMPLATE_FILENAME = "<template>"
 
 
 @dataclass(frozen=True)
@@ -62,41 +53,38 @@ def builtin_template(key: str) -> str:
 def render_template(
     text: str, source: TemplateSource, variables: Mapping[str, str]
 ) -> dict[str, Any]:
-    """Render ``text`` with ``variables`` and return the Pod it describes.
+    """Render ``text`` with ``variables`` in the sandbox and return the Pod it describes.
 
-    Raises `TemplateError` for Jinja2 syntax errors, names outside `TEMPLATE_VARIABLES`,
-    errors while rendering, text that is not YAML, and YAML that is not one Pod with containers.
+    Raises `TemplateError` for Jinja2 syntax errors, constructs outside the template language
+    (see `gpuctrl.validator._sandbox`: unknown variables, filters and tests, includes, imports,
+    calls, attribute access, ...), any error while rendering, text that is not YAML, and YAML
+    that is not one Pod with containers.
     """
-    environment = jinja2.Environment(
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
-    )
     try:
-        parsed = environment.parse(text, filename=_TEMPLATE_FILENAME)
+        parsed = jinja2.Environment().parse(text, filename=TEMPLATE_FILENAME)
     except jinja2.TemplateSyntaxError as error:
         problem = f"Jinja2 syntax error: {error.message}"
         raise TemplateError(source, problem, error.lineno) from error
-    _check_variables(parsed, source)
+    refused = refusal(parsed)
+    if refused is not None:
+        raise TemplateError(source, *refused)
     try:
-        rendered = environment.from_string(text).render(**variables)
-    except jinja2.TemplateError as error:
-        raise TemplateError(source, f"Jinja2 error: {error}", _template_line(error)) from error
+        rendered = render(text, variables)
+    except jinja2.TemplateSyntaxError as error:  # compile-time checks beyond the parser's
+        problem = f"Jinja2 syntax error: {error.message}"
+        raise TemplateError(source, problem, error.lineno) from error
+    # Whatever the template raises is its author's mistake (1 // 0, "a" + 1, a refused value):
+    # never a traceback.
+    except Exception as error:
+        problem = f"cannot render: {_describe(error)}"
+        raise TemplateError(source, problem, _template_line(error)) from error
     return _parse_pod(rendered, source)
 
 
-def _check_variables(parsed: jinja2.nodes.Template, source: TemplateSource) -> None:
-    unknown = jinja2.meta.find_undeclared_variables(parsed) - TEMPLATE_VARIABLES
-    if not unknown:
-        return
-    first = min(
-        (node for node in parsed.find_all(jinja2.nodes.Name) if node.name in unknown),
-        key=lambda node: node.lineno,
-    )
-    allowed = ", ".join(sorted(TEMPLATE_VARIABLES))
-    raise TemplateError(
-        source,
-        f"unknown template variable(s) {', '.join(sorted(unknown))} (known: {allowed})",
-        first.lineno,
-    )
+def _describe(error: Exception) -> str:
+    if isinstance(error, jinja2.TemplateError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
 
 
 def _template_line(error: BaseException) -> int | None:
@@ -104,7 +92,7 @@ def _template_line(error: BaseException) -> int | None:
     line = None
     traceback = error.__traceback__
     while traceback is not None:
-        if traceback.tb_frame.f_code.co_filename == _TEMPLATE_FILENAME:
+        if traceback.tb_frame.f_code.co_filename == TEMPLATE_FILENAME:
             line = traceback.tb_lineno
         traceback = traceback.tb_next
     return line

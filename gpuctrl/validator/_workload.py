@@ -1,12 +1,12 @@
 """The cuda and plugin checks: a workload pod on the node, watched to a verdict (the I/O shell).
 
-One run: read the template from the ConfigMap and build the pod (a `TemplateError` stops here,
-before anything is created); delete every earlier workload pod of the check on the node and
-wait until they are gone; create the pod and watch it until `verdict` says Passed or Failed, or
-the timeout. A pod that disappears first (deleted by a person, drained) or that its node kills
-(`Evicted`: still there, phase Failed) is deleted and replaced, after a backoff, a bounded
-number of times. The pod is then deleted, and an Event on the Node
-records the outcome. The status file is the caller's business.
+One run: check the overrides, read the template from the ConfigMap and build the pod (an
+`InvalidOverrides` or `TemplateError` stops here, before anything is created); delete every
+earlier workload pod of the check on the node and wait until they are gone; create the pod and
+watch it until `verdict` says Passed or Failed, or the timeout. A pod that disappears first
+(deleted by a person, drained) or that its node kills (`Evicted`: still there, phase Failed) is
+deleted and replaced, after a backoff, a bounded number of times. The pod is then deleted, and
+an Event on the Node records the outcome. The status file is the caller's business.
 """
 
 from __future__ import annotations
@@ -24,10 +24,22 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient
 
 from api.v1alpha1 import ValidatorWorkloads
-from gpuctrl.runtime import EVENTS, ApiError, Client, Gone, Invalid, NotFound, Resource
+from gpuctrl.runtime import (
+    EVENTS,
+    ApiError,
+    BadRequest,
+    Client,
+    Gone,
+    Invalid,
+    NotFound,
+    Resource,
+)
 from gpuctrl.validator._pod import (
+    InvalidOverrides,
     PodOwner,
     apply_overrides,
+    overrides_field,
+    overrides_problems,
     pin_workload,
     template_containers,
     workload_selector,
@@ -43,7 +55,13 @@ from gpuctrl.validator._verdict import (
     verdict,
 )
 
-__all__ = ["RetryPolicy", "WorkloadCheck", "build_workload_pod", "run_workload_check"]
+__all__ = [
+    "RetryPolicy",
+    "WorkloadCheck",
+    "WorkloadPod",
+    "build_workload_pod",
+    "run_workload_check",
+]
 
 _log = logging.getLogger("gpuctrl.validator")
 
@@ -89,11 +107,25 @@ class RetryPolicy:
     watch_seconds: int = 60  # server-side timeout of one watch request
 
 
-async def build_workload_pod(
-    client: Client, check: WorkloadCheck
-) -> tuple[dict[str, Any], frozenset[str]]:
-    """Read the template from the API and return the pod to create and its template's
-    container names. Raises `TemplateError` when the ConfigMap, key or template is unusable."""
+@dataclass(frozen=True)
+class WorkloadPod:
+    """The pod a run creates, the same pod without the overrides (to tell whose fault a
+    rejection is) and the names of the containers its template defines (the ones judged)."""
+
+    pod: dict[str, Any]
+    without_overrides: dict[str, Any]
+    containers: frozenset[str]
+
+
+async def build_workload_pod(client: Client, check: WorkloadCheck) -> WorkloadPod:
+    """Read the template from the API and build the pod of one run.
+
+    Raises `InvalidOverrides` for overrides the apiserver would reject and `TemplateError`
+    when the ConfigMap, key or template is unusable.
+    """
+    problems = overrides_problems(check.overrides)
+    if problems:
+        raise InvalidOverrides(problems)
     source = _source(check)
     key = source.key
     try:
@@ -104,9 +136,15 @@ async def build_workload_pod(
     if text is None:
         raise TemplateError(source, "the ConfigMap has no such key")
     rendered = render_template(text, source, _variables(check))
-    pod = apply_overrides(rendered, check.overrides)
-    pinned = pin_workload(pod, check.check, check.namespace, check.node_name, check.owner)
-    return pinned, template_containers(rendered)
+    return WorkloadPod(
+        pod=_pin(apply_overrides(rendered, check.overrides), check),
+        without_overrides=_pin(rendered, check),
+        containers=template_containers(rendered),
+    )
+
+
+def _pin(pod: dict[str, Any], check: WorkloadCheck) -> dict[str, Any]:
+    return pin_workload(pod, check.check, check.namespace, check.node_name, check.owner)
 
 
 async def run_workload_check(
@@ -114,14 +152,14 @@ async def run_workload_check(
 ) -> Passed | Failed:
     """Run ``check`` once on its node and return the verdict; records an Event either way.
 
-    Raises `TemplateError`, with no pod created, for an unusable template (including one whose
-    pod the apiserver rejects as invalid), and `ApiError` when the API refuses what the
-    agent must do.
+    Raises, with no pod created, `TemplateError` for an unusable template and `InvalidOverrides`
+    for unusable overrides (whichever the apiserver's rejection of the pod is due to), and
+    `ApiError` when the API refuses what the agent must do.
     """
     retry = retry or RetryPolicy()
     deadline = asyncio.get_running_loop().time() + check.timeout
     client = Client(api)
-    pod, containers = await build_workload_pod(client, check)
+    built = await build_workload_pod(client, check)
     try:
         async with asyncio.timeout_at(deadline):
             await _delete_stale_pods(client, check, retry)
@@ -130,7 +168,7 @@ async def run_workload_check(
             "Timeout", f"earlier {check.check} workload pods still there after {check.timeout} s"
         )
     else:
-        result = await _run_pods(client, check, retry, pod, containers, deadline)
+        result = await _run_pods(client, check, retry, built, deadline)
     await _record_event(client, check, result)
     return result
 
@@ -198,8 +236,7 @@ async def _run_pods(
     client: Client,
     check: WorkloadCheck,
     retry: RetryPolicy,
-    pod: dict[str, Any],
-    containers: frozenset[str],
+    built: WorkloadPod,
     deadline: float,
 ) -> Passed | Failed:
     """Create the pod and watch it to a verdict, replacing it whenever it disappears first."""
@@ -208,11 +245,11 @@ async def _run_pods(
         if attempt:
             await asyncio.sleep(max(min(delay, deadline - asyncio.get_running_loop().time()), 0))
             delay = min(delay * 2, retry.max_backoff)
-        created = await _create_pod(client, check, pod)
+        created = await _create_pod(client, check, built)
         name = created["metadata"]["name"]
         _log.info("created %s workload pod %s on node %s", check.check, name, check.node_name)
         try:
-            result = await _await_verdict(client, created, containers, retry, deadline)
+            result = await _await_verdict(client, created, built.containers, retry, deadline)
             if isinstance(result, Failed) and result.container is not None:
                 log = await _log_tail(client, check.namespace, name, result)
                 result = dataclasses.replace(result, message=f"{result.message}\n{log}")
@@ -228,13 +265,33 @@ async def _run_pods(
     )
 
 
-async def _create_pod(client: Client, check: WorkloadCheck, pod: dict[str, Any]) -> Any:
-    """Create ``pod``; an invalid one (422) is the template's fault: `TemplateError`."""
+async def _create_pod(client: Client, check: WorkloadCheck, built: WorkloadPod) -> Any:
+    """Create the pod. One the apiserver rejects is the overrides' fault if it takes the pod
+    without them (`InvalidOverrides`), else the template's (`TemplateError`)."""
     try:
-        return await client.create(_PODS, pod)
-    except Invalid as error:
+        return await client.create(_PODS, built.pod)
+    except (Invalid, BadRequest) as error:
         problem = f"the apiserver rejects the pod: {error.message or error.reason}"
+        if await _accepts(client, built.without_overrides):
+            raise InvalidOverrides([_blame(error, problem)]) from error
         raise TemplateError(_source(check), problem) from error
+
+
+async def _accepts(client: Client, pod: dict[str, Any]) -> bool:
+    """Whether the apiserver would create ``pod`` (a dry run: nothing is created)."""
+    path = _PODS.path(pod["metadata"]["namespace"])
+    try:
+        await client.request("POST", path, query={"dryRun": "All"}, body=pod)
+    except (Invalid, BadRequest):
+        return False
+    return True
+
+
+def _blame(error: ApiError, problem: str) -> str:
+    """``problem`` prefixed with the overrides fields the apiserver's causes point at."""
+    causes = ((error.body or {}).get("details") or {}).get("causes") or []
+    fields = sorted({f for c in causes if (f := overrides_field(c.get("field") or ""))})
+    return f"{', '.join(fields)}: {problem}" if fields else problem
 
 
 async def _await_verdict(

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuctrl.validator._pod import PodOwner
+from gpuctrl.validator._pod import PodOwner, overrides_problems
 from gpuctrl.validator._smi import SmiResult, driver_command, run_smi, toolkit_command
 from gpuctrl.validator._status import DEFAULT_OUTPUT_DIR, clear_status, write_status
 
@@ -175,11 +175,12 @@ async def _run_workload(args: argparse.Namespace) -> tuple[bool, str]:
     import aiohttp
 
     from gpuctrl.runtime import ApiError
+    from gpuctrl.validator._pod import InvalidOverrides
     from gpuctrl.validator._template import TemplateError
     from gpuctrl.validator._verdict import Passed
     from gpuctrl.validator._workload import WorkloadCheck, run_workload_check
 
-    overrides = _load_overrides(args.overrides_file, args.overrides)
+    overrides, where = _load_overrides(args.overrides_file, args.overrides)
     check = WorkloadCheck(
         check=args.check,
         namespace=args.namespace,
@@ -196,6 +197,8 @@ async def _run_workload(args: argparse.Namespace) -> tuple[bool, str]:
         result = await run_workload_check(api, check)
     except TemplateError as error:
         raise InvalidInput(f"{error} (no pod created)") from error
+    except InvalidOverrides as error:
+        raise InvalidInput(f"{where}: {error} (no pod created)") from error
     except ApiError as error:
         return False, f"the API refused: {error}"
     except (aiohttp.ClientError, TimeoutError) as error:
@@ -207,14 +210,18 @@ async def _run_workload(args: argparse.Namespace) -> tuple[bool, str]:
     return False, f"{result.reason}: {result.message}"
 
 
-def _load_overrides(path: Path | None, text: str | None) -> ValidatorWorkloads:
-    """The overrides from the file at ``path`` or from ``text`` (YAML or JSON), else defaults."""
+def _load_overrides(path: Path | None, text: str | None) -> tuple[ValidatorWorkloads, str]:
+    """The overrides from the file at ``path`` or from ``text`` (YAML or JSON), else defaults,
+    and where they came from, as error messages name it."""
     import pydantic
     import yaml
 
     from api.v1alpha1 import ValidatorWorkloads
 
-    where = f"overrides file {path}" if path is not None else "--overrides"
+    if path is not None:
+        where = f"overrides file {path}"
+    else:
+        where = "--overrides" if text is not None else "the default overrides"
     try:
         if path is not None:
             text = path.read_text(encoding="utf-8")
@@ -222,9 +229,13 @@ def _load_overrides(path: Path | None, text: str | None) -> ValidatorWorkloads:
     except (OSError, yaml.YAMLError) as error:
         raise InvalidInput(f"{where}: {error}") from error
     try:
-        return ValidatorWorkloads.model_validate(document or {})
+        overrides = ValidatorWorkloads.model_validate(document or {})
     except pydantic.ValidationError as error:
         raise InvalidInput(f"{where}: {error}") from error
+    problems = overrides_problems(overrides)
+    if problems:
+        raise InvalidInput(f"{where}: {'; '.join(problems)}")
+    return overrides, where
 
 
 def _own_pod(environ: Mapping[str, str]) -> PodOwner | None:

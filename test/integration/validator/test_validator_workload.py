@@ -27,6 +27,7 @@ from gpuctrl.runtime import new_api_client
 from gpuctrl.testing import BEHAVIOR_ANNOTATION, ContainerBehavior, ControlPlane, SimulatedKubelet
 from gpuctrl.validator import (
     Failed,
+    InvalidOverrides,
     Passed,
     PodOwner,
     RetryPolicy,
@@ -529,6 +530,9 @@ async def test_overrides_reach_every_container_and_init_container(
         }, container["name"]
     assert pod["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
     assert pod["metadata"]["annotations"]["team"] == "gpu"
+    # As created, before any admission webhook sees it: what PodPolicies target.
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "validator-workloads"
+    assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuctrl"
     assert pod["spec"]["securityContext"] == {"runAsUser": 2000, "runAsNonRoot": True}
     assert {"key": "dedicated", "operator": "Exists"} in pod["spec"]["tolerations"]
     assert pod["spec"]["runtimeClassName"] == "nvidia-legacy"
@@ -566,6 +570,37 @@ async def test_overrides_reach_every_container_and_init_container(
             "the apiserver rejects the pod: ",
             id="invalid-pod",
         ),
+        pytest.param(
+            {"cuda.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: '{{ 1 // 0 }}'}\n"},
+            "line 3: cannot render: ZeroDivisionError",
+            id="division-by-zero",
+        ),
+        pytest.param(
+            {"cuda.yaml": "apiVersion: v1\nkind: Pod\n{% include 'plugin.yaml' %}\n"},
+            "line 3: {% include %} is not allowed",
+            id="include",
+        ),
+        pytest.param(
+            {"cuda.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: '{{ image|sh }}'}\n"},
+            "line 3: unknown filter 'sh'",
+            id="unknown-filter",
+        ),
+        pytest.param(
+            {
+                "cuda.yaml": "apiVersion: v1\nkind: Pod\nmetadata:\n"
+                "  name: \"{{ cycler.__init__.__globals__.os.popen('id').read() }}\"\n"
+            },
+            "line 4: calls are not allowed",
+            id="escape-to-a-shell",
+        ),
+        pytest.param(
+            {
+                "cuda.yaml": "apiVersion: v1\nkind: Pod\nmetadata:\n"
+                "  name: '{{ image[\"__mro__\"] }}'\n"
+            },
+            "line 4: cannot render: 'str object' has no attribute '__mro__'",
+            id="dunder-item",
+        ),
     ],
 )
 @pytest.mark.gpu_nodes(count=1)
@@ -600,6 +635,50 @@ async def test_template_error_exits_2_naming_configmap_key_and_line_and_creates_
         assert 'spec.containers[0].name: Invalid value: "Not_A_Label"' in err
     assert (await core.list_namespaced_pod(namespace)).items == []
     assert not status_path(tmp_path, "cuda").exists()
+    assert "Traceback" not in err
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_invalid_label_in_the_overrides_exits_2_naming_the_overrides_field(
+    control_plane: ControlPlane,
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
+    workload_templates: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [
+        "validate", "cuda", "--node", gpu_nodes.nodes[0].name, "--namespace", namespace,
+        "--kubeconfig", str(control_plane.kubeconfig), "--output-dir", str(tmp_path),
+        "--overrides", json.dumps({"labels": {"team": "gpu team"}}),
+    ]  # fmt: skip
+
+    code = await asyncio.to_thread(main, argv)
+
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--overrides: labels[team]: 'gpu team' is not a valid label value" in err
+    assert "ConfigMap" not in err
+    assert (await client.CoreV1Api(kube_api).list_namespaced_pod(namespace)).items == []
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_overrides_only_the_apiserver_rejects_are_blamed_not_the_template(
+    kube_api: ApiClient, namespace: str, gpu_nodes: SimulatedKubelet, workload_templates: str
+) -> None:
+    # A security context the schema leaves open but the apiserver refuses.
+    check = _check(
+        namespace, gpu_nodes.nodes[0].name, overrides={"securityContext": {"runAsUser": -1}}
+    )
+
+    with pytest.raises(InvalidOverrides) as caught:
+        await run_workload_check(kube_api, check, QUICK)
+
+    message = str(caught.value)
+    assert message.startswith("securityContext: the apiserver rejects the pod: ")
+    assert "spec.securityContext.runAsUser" in message
+    assert (await client.CoreV1Api(kube_api).list_namespaced_pod(namespace)).items == []
 
 
 @pytest.mark.gpu_nodes(count=50)

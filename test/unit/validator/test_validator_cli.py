@@ -24,6 +24,8 @@ def _cuda(tmp_path: Path, *extra: str) -> int:
         pytest.param("lables: {a: b}\n", "lables", id="unknown-key"),
         pytest.param("labels: {a: b\n", "overrides file", id="not-yaml"),
         pytest.param("timeoutSeconds: 0\n", "timeoutSeconds", id="out-of-range"),
+        pytest.param("labels: {bad key: x}\n", "labels[bad key]: 'bad key'", id="label-key"),
+        pytest.param("labels: {team: a b}\n", "labels[team]: 'a b'", id="label-value"),
     ],
 )
 def test_bad_overrides_file_exits_2_naming_it(
@@ -44,6 +46,7 @@ def test_bad_overrides_file_exits_2_naming_it(
     [
         pytest.param('{"labels": ["a"]}', "labels", id="wrong-type"),
         pytest.param('{"labels": {"a": "b"}', "--overrides", id="not-json"),
+        pytest.param('{"labels": {"a/b/c": "x"}}', "labels[a/b/c]", id="label-key"),
     ],
 )
 def test_bad_overrides_text_exits_2_naming_it(
@@ -52,8 +55,9 @@ def test_bad_overrides_text_exits_2_naming_it(
     assert _cuda(tmp_path, "--overrides", overrides) == 2
 
     err = capsys.readouterr().err
-    assert "--overrides" in err
+    assert err.startswith("gpuctrl validate cuda: --overrides: ")
     assert complaint in err
+    assert "ConfigMap" not in err
 
 
 def test_missing_overrides_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

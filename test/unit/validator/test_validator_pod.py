@@ -5,12 +5,17 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from api.v1alpha1 import ValidatorWorkloads
 from gpuctrl.validator import (
+    InvalidOverrides,
     PodOwner,
     TemplateSource,
     apply_overrides,
     builtin_template,
+    overrides_field,
+    overrides_problems,
     pin_workload,
     render_template,
     template_containers,
@@ -88,7 +93,13 @@ def test_empty_overrides_change_nothing() -> None:
 
 def test_pinned_fields_win_over_template_and_overrides() -> None:
     hostile = ValidatorWorkloads.model_validate(
-        {"labels": {"gpuctrl.io/validation": "other", "app.kubernetes.io/managed-by": "helm"}}
+        {
+            "labels": {
+                "gpuctrl.io/validation": "other",
+                "app.kubernetes.io/managed-by": "helm",
+                "app.kubernetes.io/component": "other",
+            }
+        }
     )
     pod = apply_overrides(_pod("cuda.yaml"), hostile)
     pod["metadata"]["namespace"] = "elsewhere"
@@ -102,6 +113,8 @@ def test_pinned_fields_win_over_template_and_overrides() -> None:
     assert pinned["spec"]["nodeName"] == "gpu-node-7"
     assert metadata["labels"]["gpuctrl.io/validation"] == "cuda"
     assert metadata["labels"]["app.kubernetes.io/managed-by"] == "gpuctrl"
+    # The component PodPolicies target by default (the webhook's objectSelector needs both).
+    assert metadata["labels"]["app.kubernetes.io/component"] == "validator-workloads"
     assert metadata["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Pod", "name": "agent-x", "uid": "u-1"}
     ]
@@ -119,3 +132,67 @@ def test_pin_without_owner_keeps_no_owner() -> None:
 
 def test_template_containers_are_init_and_main() -> None:
     assert template_containers(_pod("cuda.yaml")) == {"cuda-validation", "cuda-validation-done"}
+
+
+def test_pinned_component_is_the_one_pod_policies_target_by_default() -> None:
+    from api.v1alpha1 import PodTargets
+
+    labels = pin_workload(_pod("cuda.yaml"), "cuda", "ns", "node", None)["metadata"]["labels"]
+
+    assert labels["app.kubernetes.io/component"] in PodTargets().components
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        pytest.param({"labels": {"bad key": "x"}}, "labels[bad key]", id="label-key"),
+        pytest.param({"labels": {"team": "a b"}}, "labels[team]", id="label-value"),
+        pytest.param({"labels": {"team": "x" * 64}}, "labels[team]", id="label-value-too-long"),
+        pytest.param({"annotations": {"-x": "ok"}}, "annotations[-x]", id="annotation-key"),
+        pytest.param(
+            {"tolerations": [{"key": "a b", "operator": "Exists"}]},
+            "tolerations[0].key",
+            id="toleration",
+        ),
+        pytest.param(
+            {"resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}},
+            "resources.requests[memory]",
+            id="request-over-limit",
+        ),
+        pytest.param({"priorityClassName": "Not_A_Name"}, "priorityClassName", id="priority"),
+        pytest.param({"runtimeClassName": "Not_A_Name"}, "runtimeClassName", id="runtime-class"),
+    ],
+)
+def test_overrides_the_apiserver_would_reject_are_named_by_field(
+    overrides: dict[str, Any], field: str
+) -> None:
+    problems = overrides_problems(ValidatorWorkloads.model_validate(overrides))
+
+    assert len(problems) == 1
+    assert problems[0].startswith(f"{field}: ")
+    assert field in str(InvalidOverrides(problems))
+
+
+def test_sound_overrides_have_no_problems() -> None:
+    assert overrides_problems(REPORT_EXAMPLE) == []
+    assert overrides_problems(ValidatorWorkloads()) == []
+
+
+@pytest.mark.parametrize(
+    ("pod_field", "field"),
+    [
+        pytest.param("metadata.labels", "labels", id="labels"),
+        pytest.param("metadata.labels[bad key]", "labels", id="one-label"),
+        pytest.param("metadata.annotations", "annotations", id="annotations"),
+        pytest.param("spec.containers[1].resources.limits", "resources", id="resources"),
+        pytest.param("spec.initContainers[0].resources", "resources", id="init-resources"),
+        pytest.param("spec.securityContext.runAsUser", "securityContext", id="security"),
+        pytest.param("spec.tolerations[2].key", "tolerations", id="tolerations"),
+        pytest.param("spec.runtimeClassName", "runtimeClassName", id="runtime-class"),
+        pytest.param("spec.containers[0].image", None, id="not-an-override"),
+        pytest.param("metadata.labelsX", None, id="not-a-prefix-match"),
+        pytest.param("", None, id="no-field"),
+    ],
+)
+def test_overrides_field_of_a_pod_field(pod_field: str, field: str | None) -> None:
+    assert overrides_field(pod_field) == field

@@ -100,8 +100,8 @@ GOOD_SPEC = "spec:\n  containers:\n    - name: main\n      image: {{ image }}\n"
             id="unknown-variable-in-a-branch-not-taken",
         ),
         pytest.param(
-            GOOD_HEAD + GOOD_SPEC + "      args: [{{ image.tag.major }}]\n",
-            "Jinja2 error",
+            GOOD_HEAD + GOOD_SPEC + "      args: [{{ image[99] }}]\n",
+            "cannot render: str object has no element 99",
             9,
             id="render-error",
         ),
@@ -136,3 +136,128 @@ def test_template_may_use_every_documented_variable() -> None:
 
     assert pod["metadata"]["name"] == "gpu-node-1-gpu-operator"
     assert pod["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
+
+
+def _with_line_9(fragment: str) -> str:
+    """A sound Pod template whose line 9 holds ``fragment``."""
+    return GOOD_HEAD + GOOD_SPEC + f"      args: [{fragment}]\n"
+
+
+# Whoever can edit the ConfigMap must not reach Python from a template: each of these is
+# refused, naming the line, before or while rendering, and nothing of it runs.
+@pytest.mark.parametrize(
+    ("fragment", "problem"),
+    [
+        pytest.param(
+            "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+            "calls are not allowed",
+            id="mro-subclasses",
+        ),
+        pytest.param("{{ ''.__class__.__mro__ }}", "attribute access (.name)", id="mro"),
+        pytest.param("{{ namespace.__class__ }}", "attribute access (.name)", id="dunder"),
+        pytest.param(
+            "{{ cycler.__init__.__globals__.os.popen('id').read() }}",
+            "calls are not allowed",
+            id="cycler-globals",
+        ),
+        pytest.param("{{ lipsum }}", "unknown template variable(s) lipsum", id="lipsum"),
+        pytest.param("{{ range }}", "unknown template variable(s) range", id="range"),
+        pytest.param("{{ range(10) }}", "calls are not allowed", id="range-call"),
+        pytest.param("{{ self }}", "unknown template variable(s) self", id="self"),
+        pytest.param("{{ joiner }}", "unknown template variable(s) joiner", id="joiner"),
+        pytest.param(
+            "{{ image['__class__'] }}", "cannot render: 'str object' has no attribute", id="item"
+        ),
+        pytest.param(
+            "{{ image['upper'] }}", "cannot render: 'str object' has no attribute", id="item-method"
+        ),
+        pytest.param("{{ image|attr('__class__') }}", "unknown filter 'attr'", id="attr-filter"),
+        pytest.param("{{ '{0.__class__}'|format(image) }}", "unknown filter 'format'", id="format"),
+        pytest.param("{{ '{0.__class__}'.format(image) }}", "calls are not", id="str-format"),
+        pytest.param("{{ '%s' % image }}", "formatting text with % is not allowed", id="percent"),
+        pytest.param("{{ image|map('upper') }}", "unknown filter 'map'", id="map"),
+        pytest.param("{{ image is callable }}", "unknown test 'callable'", id="test"),
+        pytest.param("{{ image|nosuchfilter }}", "unknown filter 'nosuchfilter'", id="unknown"),
+        pytest.param(
+            "{% if false %}{{ image|format(1) }}{% endif %}",
+            "unknown filter 'format'",
+            id="filter-in-a-branch-not-taken",
+        ),
+        pytest.param("{% include 'x.yaml' %}", "{% include %} is not allowed", id="include"),
+        pytest.param("{% import 'x.yaml' as x %}", "{% import %} is not allowed", id="import"),
+        pytest.param(
+            "{% from 'x.yaml' import y %}", "{% from ... import %} is not allowed", id="from-import"
+        ),
+        pytest.param("{% extends 'x.yaml' %}", "{% extends %} is not allowed", id="extends"),
+        pytest.param("{{ image.upper }}", "attribute access", id="method"),
+        pytest.param("{{ (image|first)(1) }}", "calls are not allowed", id="call"),
+        pytest.param("{% for c in image %}{{ c }}{% endfor %}", "loops", id="for"),
+        pytest.param("{% set x = image %}{{ x }}", "assignments", id="set"),
+        pytest.param("{% with x = image %}{{ x }}{% endwith %}", "{% with %}", id="with"),
+        pytest.param(
+            "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "macros", id="recursive-macro"
+        ),
+        pytest.param("{{ 1 // 0 }}", "cannot render: ZeroDivisionError", id="division-by-zero"),
+        pytest.param("{{ 'a' + 1 }}", "cannot render: TypeError", id="type-error"),
+        pytest.param("{{ image * 100000 }}", "a value of more than 65536", id="repetition"),
+        pytest.param("{{ [image] * 9 }}", "repeating a list", id="list-repetition"),
+        pytest.param("{{ 10 ** (10 ** 6) }}", "a number of more than", id="power"),
+        pytest.param(
+            "{{ (image * 3000)|replace('', image) }}", "a value of more than", id="replace-blowup"
+        ),
+        pytest.param("{{ image|indent(1000000) }}", "a value of more than", id="indent-blowup"),
+    ],
+)
+def test_hostile_template_is_refused_naming_the_line(fragment: str, problem: str) -> None:
+    with pytest.raises(TemplateError) as caught:
+        render_template(_with_line_9(fragment), SOURCE, VARIABLES)
+
+    assert problem in caught.value.problem
+    assert caught.value.line == 9
+    assert str(caught.value).startswith(
+        "ConfigMap gpu-operator/gpuctrl-validator-workloads, key cuda.yaml, line 9: "
+    )
+
+
+def test_values_made_add_up_to_a_bounded_amount() -> None:
+    text = _with_line_9("{{ (image * 1500)|length }}" * 400)  # 400 values of 57 k characters
+
+    with pytest.raises(TemplateError, match="add up to more than"):
+        render_template(text, SOURCE, VARIABLES)
+
+
+def test_output_is_bounded() -> None:
+    text = GOOD_HEAD + GOOD_SPEC + "      args: [{{ image * 1500 }}]\n" * 30
+
+    with pytest.raises(TemplateError, match="renders to more than"):
+        render_template(text, SOURCE, VARIABLES)
+
+
+@pytest.mark.parametrize(
+    ("fragment", "rendered"),
+    [
+        pytest.param("{{ image|upper }}", "REGISTRY.EXAMPLE/CUDA-SAMPLE:VECTORADD", id="filter"),
+        pytest.param("{{ node_name|replace('gpu-', '') }}", "node-1", id="replace"),
+        pytest.param("{{ namespace ~ '-' ~ node_name }}", "gpu-operator-gpu-node-1", id="concat"),
+        pytest.param("{{ image[:8] }}", "registry", id="slice"),
+        pytest.param("{{ {'a': 'b'}['a'] }}", "b", id="dict-item"),
+        pytest.param("{{ 2 ** 10 * 3 }}", 3072, id="arithmetic"),
+        pytest.param("{{ 'x' if image is string else 'y' }}", "x", id="test"),
+        pytest.param(
+            "{% if node_name is defined %}on{% else %}off{% endif %}-node", "on-node", id="if"
+        ),
+        pytest.param("{% filter upper %}abc{% endfilter %}", "ABC", id="filter-block"),
+        pytest.param("{{ image|tojson }}", "registry.example/cuda-sample:vectoradd", id="tojson"),
+        pytest.param("{{ image|truncate(11, true, '') }}", "registry.ex", id="truncate"),
+        pytest.param("{{ undefined_default|default('x') if false else 'z' }}", None, id="unknown"),
+    ],
+)
+def test_the_template_language_substitutes(fragment: str, rendered: object) -> None:
+    if rendered is None:  # a name outside the variables is refused even in a branch not taken
+        with pytest.raises(TemplateError, match="unknown template variable"):
+            render_template(_with_line_9(fragment), SOURCE, VARIABLES)
+        return
+
+    pod = render_template(_with_line_9(fragment), SOURCE, VARIABLES)
+
+    assert pod["spec"]["containers"][0]["args"] == [rendered]
