@@ -8,6 +8,7 @@ has one) and the Helm v4 engine of the ``helm-python-sdk`` package.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import shutil
 import subprocess
@@ -132,3 +133,56 @@ def for_apiserver_1_20(objects: Iterable[Obj]) -> list[Obj]:
 def documents(path: Path) -> list[Obj]:
     """The objects of a YAML stream file."""
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+# Kinds whose CRDs the install brings: applied once those are Established.
+CUSTOM = {"ClusterPolicy", "PodPolicy"}
+
+
+async def kubectl(kubeconfig: Path, *args: str, stdin: str = "", check: bool = True) -> str:
+    """Run Debian's kubectl 1.20 against the control plane; stdout (stderr too on failure)."""
+    process = await asyncio.create_subprocess_exec(
+        str(debian_kubectl()),
+        f"--kubeconfig={kubeconfig}",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate(stdin.encode())
+    if check:
+        assert process.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
+    return out.decode() + ("" if check else err.decode())
+
+
+def stream(objects: list[Obj]) -> str:
+    """``objects`` as one YAML stream."""
+    return yaml.safe_dump_all(objects, sort_keys=False)
+
+
+async def install(kubeconfig: Path, objects: list[Obj]) -> None:
+    """Server-side apply ``objects`` with an admin's ``kubeconfig``: everything but the CRDs'
+    objects first, those once the CRDs are Established."""
+    objects = for_apiserver_1_20(objects)
+    first = [o for o in objects if o["kind"] not in CUSTOM]
+    apply = ("apply", "--server-side", "--field-manager=gpuctrl-install", "-f", "-")
+    await kubectl(kubeconfig, *apply, stdin=stream(first))
+    await kubectl(
+        kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"
+    )
+    custom = [o for o in objects if o["kind"] in CUSTOM]
+    if custom:
+        await kubectl(kubeconfig, *apply, stdin=stream(custom))
+
+
+async def uninstall(kubeconfig: Path, objects: list[Obj]) -> None:
+    """Delete the ClusterPolicy first (the operands go with it), then the install."""
+    objects = for_apiserver_1_20(objects)
+    custom = [o for o in objects if o["kind"] in CUSTOM]
+    if custom:
+        await kubectl(
+            kubeconfig, "delete", "--ignore-not-found", "--wait", "-f", "-", stdin=stream(custom)
+        )
+    rest = [o for o in objects if o["kind"] not in CUSTOM]
+    delete = ("delete", "--ignore-not-found", "--wait", "--timeout=120s", "-f", "-")
+    await kubectl(kubeconfig, *delete, stdin=stream(rest))

@@ -12,7 +12,6 @@ are applied. Nothing else is changed.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,12 +22,16 @@ import pytest_asyncio
 import yaml
 from install_manifests import (
     CONFIG,
+    CUSTOM,
     NAMESPACE,
-    debian_kubectl,
     for_apiserver_1_20,
     helm_crds,
     helm_render,
+    install,
+    kubectl,
     kustomize,
+    stream,
+    uninstall,
 )
 
 from controllers.render import render
@@ -40,47 +43,12 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 ROOT = Path(__file__).parents[3]
 SAMPLES = sorted((CONFIG / "samples").glob("clusterpolicy-*.yaml"))
 NODES = ROOT / "test" / "data" / "render" / "nodes.yaml"
-CUSTOM = {"ClusterPolicy", "PodPolicy"}
 
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def plane() -> AsyncIterator[ControlPlane]:
     async with ControlPlane(controller_manager=True) as control_plane:
         yield control_plane
-
-
-async def kubectl(kubeconfig: Path, *args: str, stdin: str = "", check: bool = True) -> str:
-    """Run Debian's kubectl 1.20 against the control plane; stdout (stderr too on failure)."""
-    process = await asyncio.create_subprocess_exec(
-        str(debian_kubectl()),
-        f"--kubeconfig={kubeconfig}",
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await process.communicate(stdin.encode())
-    if check:
-        assert process.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
-    return out.decode() + ("" if check else err.decode())
-
-
-def stream(objects: list[dict[str, Any]]) -> str:
-    return yaml.safe_dump_all(objects, sort_keys=False)
-
-
-async def install(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
-    """Server-side apply ``objects`` as an admin: the CRDs first, their objects once established."""
-    objects = for_apiserver_1_20(objects)
-    first = [o for o in objects if o["kind"] not in CUSTOM]
-    apply = ("apply", "--server-side", "--field-manager=gpuctrl-install", "-f", "-")
-    await kubectl(plane.kubeconfig, *apply, stdin=stream(first))
-    await kubectl(
-        plane.kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"
-    )
-    custom = [o for o in objects if o["kind"] in CUSTOM]
-    if custom:
-        await kubectl(plane.kubeconfig, *apply, stdin=stream(custom))
 
 
 async def leftovers(plane: ControlPlane) -> list[str]:
@@ -173,20 +141,8 @@ async def check_privileges(plane: ControlPlane) -> None:
         assert not await can_i(plane, account, *question), (account, question)
 
 
-async def uninstall(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
-    """Delete the ClusterPolicy first (the operands go with it), then the install."""
-    objects = for_apiserver_1_20(objects)
-    custom = [o for o in objects if o["kind"] in CUSTOM]
-    if custom:
-        await kubectl(plane.kubeconfig, "delete", "--wait", "-f", "-", stdin=stream(custom))
-    rest = [o for o in objects if o["kind"] not in CUSTOM]
-    await kubectl(
-        plane.kubeconfig, "delete", "--wait", "--timeout=120s", "-f", "-", stdin=stream(rest)
-    )
-
-
 async def check_install(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
-    await install(plane, objects)
+    await install(plane.kubeconfig, objects)
     # Applying again changes nothing: every object is stored as given.
     again = await kubectl(
         plane.kubeconfig,
@@ -203,7 +159,7 @@ async def check_install(plane: ControlPlane, objects: list[dict[str, Any]]) -> N
     assert json.loads(again)["items"]
     await check_privileges(plane)
     await operand_rbac_as_manager(plane)
-    await uninstall(plane, objects)
+    await uninstall(plane.kubeconfig, objects)
     # The operands' RBAC the test applied as the manager is not the install's; remove it too.
     await kubectl(
         plane.kubeconfig,
