@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -325,3 +326,12 @@ def test_dashboard_covers_reconciles_queues_operands_and_webhook() -> None:
     assert used == DASHBOARD_METRICS
     for panel in dashboard["panels"]:
         assert panel["datasource"]["uid"] == "${datasource}"
+
+
+def test_kind_script_is_valid_bash_and_its_values_render() -> None:
+    script = REPO / "hack" / "kind-e2e.sh"
+    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
+    values = helm.parse_set_string(",".join(re.findall(r"--set (\S+)", script.read_text())))
+    spec = only(helm_render(values), "ClusterPolicy")["spec"]
+    for operand in ("driver", "toolkit", "devicePlugin"):
+        assert spec[operand]["enabled"] is False, operand
