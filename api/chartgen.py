@@ -152,6 +152,8 @@ def _object(description: str, properties: dict[str, JsonSchema] | None = None) -
 
 
 _K8S = "a Kubernetes object, as in a Pod spec"
+# A DNS-1123 subdomain, as Kubernetes requires of object names.
+_OBJECT_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _POD_PLACEMENT: dict[str, JsonSchema] = {
     "replicas": {"type": "integer", "minimum": 1, "description": "Number of replicas."},
     "resources": _object("Resources of the container (requests, limits)."),
@@ -238,12 +240,13 @@ def _chart_values() -> dict[str, JsonSchema]:
                     "type": "boolean",
                     "description": "NVIDIA's name for create; false also skips it.",
                 },
-                "name": _string("Name of the ClusterPolicy.", minLength=1),
+                "name": _string("Name of the ClusterPolicy.", pattern=_OBJECT_NAME),
             },
         ),
         "podPolicies": {
             "type": "object",
             "description": "PodPolicies to create, by name.",
+            "propertyNames": {"pattern": _OBJECT_NAME},
             "additionalProperties": _strict(_model_schema(PodPolicySpec)),
         },
         "extraObjects": {

@@ -203,6 +203,8 @@ def test_values_written_for_nvidias_chart_with_a_node_local_repo_and_istio() -> 
             {"validator": {"workloads": {"timeoutSeconds": 0}}},
             "/validator/workloads/timeoutSeconds",
         ),
+        ({"podPolicies": {"Bad Name: x": {"meshes": ["istio"]}}}, "'Bad Name: x' does not match"),
+        ({"clusterPolicy": {"name": "gpu_policy"}}, "/clusterPolicy/name"),
     ],
     ids=lambda v: json.dumps(v) if isinstance(v, dict) else v,
 )
