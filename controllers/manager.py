@@ -7,7 +7,7 @@ one Event recorder.
 
 from __future__ import annotations
 
-from controllers import deviceplugin, driver, nodes, policy, toolkit, validator
+from controllers import deviceplugin, driver, nodes, podpolicy, policy, toolkit, validator
 from controllers._cluster import TRANSFORMS
 from controllers._status import StatusWriter
 from gpuctrl.runtime import EventRecorder, Manager
@@ -25,3 +25,4 @@ def setup_controllers(manager: Manager, namespace: str) -> None:
     for operand in (driver, toolkit, validator, deviceplugin):
         operand.setup(manager, namespace, status)
     policy.setup(manager, namespace, status)
+    podpolicy.setup(manager, namespace)

@@ -373,6 +373,21 @@ async def test_operand_events_are_recorded(operator: Running, client: Client) ->
     assert {e["source"]["component"] for e in events} == {"gpuctrl-manager"}
 
 
+async def test_the_manager_runs_the_pod_policy_status_controller(
+    operator: Running, client: Client
+) -> None:
+    pod_policies = Resource("gpuctrl.io/v1alpha1", "PodPolicy", "podpolicies", False)
+    body = {"apiVersion": "gpuctrl.io/v1alpha1", "kind": "PodPolicy", "metadata": {"name": "pp"}}
+    await client.create(pod_policies, {**body, "spec": {}})
+
+    async def has_status() -> None:
+        found = (await client.get(pod_policies, "pp")).get("status") or {}
+        assert "Ready" in conditions(found), found
+
+    await eventually(has_status, within=20)
+    await client.delete(pod_policies, "pp")
+
+
 async def test_deleting_the_policy_removes_every_operand(operator: Running, client: Client) -> None:
     await client.delete(POLICIES, POLICY)
 
