@@ -9,7 +9,6 @@ from ._builder import ControllerOptions, Owns, Watch, build_controller
 from ._cache import Cache
 from ._client import DEFAULT_REQUEST_TIMEOUT, METADATA_ONLY, Client, retry_on_conflict
 from ._clock import Clock, SystemClock, TimerHandle
-from ._conditions import set_condition, update_status
 from ._controller import Controller, Reconciler
 from ._enqueue import Mapper, request_for_object, requests_for_owner
 from ._errors import (
@@ -144,5 +143,4 @@ __all__ = [
     "set_condition",
     "set_controller_reference",
     "thaw",
-    "update_status",
 ]
