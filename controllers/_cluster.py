@@ -27,18 +27,14 @@ from gpuctrl.runtime import Cache, Informer, Mapper, Request, Resource, Transfor
 __all__ = [
     "TRANSFORMS",
     "Policy",
+    "cached",
+    "cached_list",
     "cluster_facts",
     "honoured",
     "informer",
     "owned_objects",
     "to_honoured",
 ]
-
-
-def _node_metadata(node: dict[str, Any]) -> dict[str, Any]:
-    """A Node as the controllers need it: metadata only (labels), no managedFields."""
-    meta = {k: v for k, v in node["metadata"].items() if k != "managedFields"}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": meta}
 
 
 def _pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
@@ -54,29 +50,52 @@ def _pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-TRANSFORMS: dict[Resource, Transform] = {NODES: _node_metadata, PODS: _pod_summary}
-"""The manager's cache transforms for the resources the controllers trim."""
+TRANSFORMS: dict[Resource, Transform] = {PODS: _pod_summary}
+"""The manager's cache transforms for the resources the controllers trim (Nodes are watched
+metadata-only)."""
+
+
+def _selection(resource: Resource, namespace: str) -> tuple[str | None, dict[str, Any]]:
+    """The namespace and options of the one informer the controllers use for ``resource``."""
+    if resource == NODES:
+        return None, {"metadata_only": True}
+    if resource == CLUSTER_POLICIES:
+        return None, {}
+    if resource == CONFIG_MAPS:
+        return namespace, {}
+    if resource in (PODS, CONTROLLER_REVISIONS):
+        return namespace, {"label_selector": MANAGED_SELECTOR}
+    return None, {"label_selector": MANAGED_SELECTOR}
 
 
 def informer(cache: Cache, resource: Resource, namespace: str) -> Informer:
-    """The one informer the controllers use for ``resource``: every ClusterPolicy and Node;
-    the operand namespace's ConfigMaps (referenced ones are not gpuctrl's); gpuctrl's Pods
-    and ControllerRevisions there; gpuctrl's objects of any other kind, in any namespace (the
-    validator has a Role in ``default``)."""
-    if resource in (CLUSTER_POLICIES, NODES):
-        return cache.informer(resource)
-    if resource == CONFIG_MAPS:
-        return cache.informer(resource, namespace=namespace)
-    if resource in (PODS, CONTROLLER_REVISIONS):
-        return cache.informer(resource, namespace=namespace, label_selector=MANAGED_SELECTOR)
-    return cache.informer(resource, label_selector=MANAGED_SELECTOR)
+    """The one informer the controllers use for ``resource``: every ClusterPolicy; every Node,
+    metadata only; the operand namespace's ConfigMaps (referenced ones are not gpuctrl's);
+    gpuctrl's Pods and ControllerRevisions there; gpuctrl's objects of any other kind, in any
+    namespace (the validator has a Role in ``default``)."""
+    where, options = _selection(resource, namespace)
+    return cache.informer(resource, namespace=where, **options)
+
+
+def cached(
+    cache: Cache, resource: Resource, namespace: str, name: str, where: str | None = None
+) -> dict[str, Any] | None:
+    """The object ``name`` (in namespace ``where``) as `informer`'s informer holds it."""
+    _, options = _selection(resource, namespace)
+    return cache.get(resource, name, where, **options)
+
+
+def cached_list(cache: Cache, resource: Resource, namespace: str) -> list[dict[str, Any]]:
+    """Every object `informer`'s informer holds for ``resource``."""
+    where, options = _selection(resource, namespace)
+    return cache.list(resource, where, **options)
 
 
 def owned_objects(
     cache: Cache, resource: Resource, namespace: str, component: str
 ) -> list[dict[str, Any]]:
     """gpuctrl's cached objects of ``resource`` labelled with ``component``."""
-    found = informer(cache, resource, namespace).store.list()
+    found = cached_list(cache, resource, namespace)
     return [o for o in found if _labels(o).get("app.kubernetes.io/component") == component]
 
 
@@ -142,5 +161,5 @@ def to_honoured(cache: Cache) -> Mapper:
 def cluster_facts(cache: Cache, namespace: str) -> ClusterFacts:
     """The render's facts: every Node's labels and the operand namespace's ConfigMaps."""
     return ClusterFacts.from_objects(
-        namespace, cache.list(NODES), cache.list(CONFIG_MAPS, namespace)
+        namespace, cached_list(cache, NODES, namespace), cached_list(cache, CONFIG_MAPS, namespace)
     )

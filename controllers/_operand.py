@@ -22,6 +22,8 @@ from api.v1alpha1 import ClusterPolicy
 from controllers._apply import needs_apply, with_hash
 from controllers._cluster import (
     Policy,
+    cached,
+    cached_list,
     cluster_facts,
     honoured,
     informer,
@@ -38,7 +40,7 @@ from controllers._kinds import (
     PODS,
 )
 from controllers._readiness import DaemonSetReadiness, daemonset_readiness, summary
-from controllers._status import StatusWriter, condition
+from controllers._status import PolicyStatus, condition
 from controllers.render import ClusterFacts, MissingConfigMap, RenderError, render_component
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
@@ -95,7 +97,7 @@ def _component_is(component: str) -> Callable[[Event], bool]:
 
 
 def setup_operand(
-    manager: Manager, namespace: str, operand: Operand, status: StatusWriter
+    manager: Manager, namespace: str, operand: Operand, status: PolicyStatus
 ) -> Controller:
     """Add ``operand``'s controller, with its watches on the shared informers, to ``manager``."""
     cache = manager.cache
@@ -116,7 +118,7 @@ def setup_operand(
 
 class _OperandReconciler:
     def __init__(
-        self, manager: Manager, namespace: str, operand: Operand, status: StatusWriter
+        self, manager: Manager, namespace: str, operand: Operand, status: PolicyStatus
     ) -> None:
         self._cache = manager.cache
         self._client = manager.client
@@ -149,14 +151,16 @@ class _OperandReconciler:
     async def _apply(self, policy: Policy, obj: dict[str, Any]) -> None:
         resource = OWNED[(obj["apiVersion"], obj["kind"])]
         meta = obj["metadata"]
-        cached = self._cache.get(resource, meta["name"], meta.get("namespace"))
-        if not needs_apply(obj, cached):
+        current = cached(
+            self._cache, resource, self._namespace, meta["name"], meta.get("namespace")
+        )
+        if not needs_apply(obj, current):
             return
         await self._client.apply(
             resource, obj, field_manager=self._operand.field_manager, force=True
         )
-        verb = "Created" if cached is None else "Updated"
-        await self._status.event(policy.obj, "Normal", verb, f"{verb} {_describe(obj)}")
+        verb = "Created" if current is None else "Updated"
+        self._status.event(policy.obj, "Normal", verb, f"{verb} {_describe(obj)}")
 
     async def _prune(self, policy: Policy, desired: list[dict[str, Any]]) -> None:
         wanted = {_identity(obj) for obj in desired}
@@ -168,7 +172,7 @@ class _OperandReconciler:
                 meta = obj["metadata"]
                 await self._client.delete(resource, meta["name"], meta.get("namespace"))
                 text = f"Deleted {_describe({**obj, 'kind': resource.kind})}"
-                await self._status.event(policy.obj, "Normal", "Deleted", text)
+                self._status.event(policy.obj, "Normal", "Deleted", text)
 
     async def _report(
         self,
@@ -201,12 +205,12 @@ class _OperandReconciler:
     def _readiness(self, ds: Mapping[str, Any]) -> tuple[str, DaemonSetReadiness]:
         name = ds["metadata"]["name"]
         label = name.removeprefix(f"gpuctrl-{self._operand.component}-")
-        cached = self._cache.get(DAEMON_SETS, name, ds["metadata"].get("namespace"))
-        if cached is None:  # just created: the cache has not seen it yet
+        current = cached(self._cache, DAEMON_SETS, self._namespace, name, self._namespace)
+        if current is None:  # just created: the cache has not seen it yet
             return label, DaemonSetReadiness(name, 0, 0, False)
-        pods = informer(self._cache, PODS, self._namespace).store.list()
-        revisions = informer(self._cache, CONTROLLER_REVISIONS, self._namespace).store.list()
-        return label, daemonset_readiness(cached, pods, revisions)
+        pods = cached_list(self._cache, PODS, self._namespace)
+        revisions = cached_list(self._cache, CONTROLLER_REVISIONS, self._namespace)
+        return label, daemonset_readiness(current, pods, revisions)
 
     async def _condition(self, policy: Policy, ok: bool, reason: str, message: str) -> None:
         generation = policy.obj["metadata"].get("generation")

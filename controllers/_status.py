@@ -1,20 +1,20 @@
 """Writing a ClusterPolicy's status: each controller its own condition, the policy controller
 the state; a Warning Event whenever a condition turns False.
 
-Writes go through `gpuctrl.runtime.update_status` (nothing is sent when the status already
+Writes go through `gpuctrl.runtime.StatusWriter` (nothing is sent when the status already
 says so; conflicts are retried on a fresh read), so a converged cluster sees no status writes.
+Events are handed to the manager's recorder, which sends them in the background.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from controllers._kinds import CLUSTER_POLICIES
-from gpuctrl.runtime import Client, EventRecorder, NotFound, set_condition, update_status
+from gpuctrl.runtime import EventRecorder, NotFound, StatusWriter, set_condition
 
-__all__ = ["StatusWriter", "condition"]
+__all__ = ["PolicyStatus", "condition"]
 
 
 def condition(
@@ -32,17 +32,13 @@ def condition(
     return found
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class StatusWriter:
+class PolicyStatus:
     """Writes conditions (and other status fields) of ClusterPolicies and records Events
     about them."""
 
-    def __init__(self, client: Client, recorder: EventRecorder) -> None:
-        self._client = client
-        self.recorder = recorder
+    def __init__(self, writer: StatusWriter, recorder: EventRecorder) -> None:
+        self._writer = writer
+        self._recorder = recorder
 
     async def write(
         self,
@@ -52,32 +48,37 @@ class StatusWriter:
     ) -> None:
         """Put ``conditions`` (and top-level status ``fields``) on ``policy`` as cached; no
         request when they are already there. A policy deleted meanwhile is no error."""
-        now = _now()
 
-        def mutate(status: dict[str, Any]) -> dict[str, Any]:
-            entries = status.get("conditions") or []
+        def mutate(status: dict[str, Any]) -> None:
+            status.update(fields or {})
+            entries = status.setdefault("conditions", [])
             for entry in conditions:
-                entries = set_condition(entries, entry, now)
-            return {**status, **(fields or {}), "conditions": entries}
+                set_condition(
+                    entries,
+                    type=entry["type"],
+                    status=entry["status"],
+                    reason=entry["reason"],
+                    message=entry["message"],
+                    observed_generation=entry.get("observedGeneration"),
+                )
 
         before = _by_type(policy)
         try:
-            stored = await update_status(self._client, CLUSTER_POLICIES, policy, mutate)
+            stored = await self._writer.update(CLUSTER_POLICIES, policy, mutate)
         except NotFound:
             return
         if stored is None:
             return
         for entry in conditions:
             if entry["status"] == "False" and before.get(entry["type"]) != "False":
-                await self.event(
-                    stored, "Warning", entry["reason"], f"{entry['type']}: {entry['message']}"
-                )
+                text = f"{entry['type']}: {entry['message']}"
+                self.event(stored, "Warning", entry["reason"], text)
 
-    async def event(
+    def event(
         self, policy: Mapping[str, Any], type: Literal["Normal", "Warning"], reason: str, text: str
     ) -> None:
-        """Record an Event about ``policy`` (best effort)."""
-        await self.recorder.event(policy, type, reason, text)
+        """Record an Event about ``policy`` (sent in the background, best effort)."""
+        self._recorder.event(policy, type, reason, text)
 
 
 def _by_type(policy: Mapping[str, Any]) -> dict[str, str]:

@@ -53,6 +53,7 @@ class Address:
 
     host: str
     port: int
+    text: str  # as given
 
 
 def parse_address(text: str) -> Address:
@@ -60,7 +61,7 @@ def parse_address(text: str) -> Address:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT or :PORT, got {text!r}")
-    return Address(host.strip("[]") or "0.0.0.0", int(port))
+    return Address(host.strip("[]") or "0.0.0.0", int(port), text)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -116,8 +117,8 @@ async def _main(args: argparse.Namespace) -> int:
     manager = Manager(
         api,
         leader_election=election,
-        http_host=args.metrics_bind_address.host,
-        http_port=args.metrics_bind_address.port,
+        metrics_bind_address=args.metrics_bind_address.text,
+        health_probe_bind_address=args.health_probe_bind_address.text,
         transforms=TRANSFORMS,
     )
     setup_controllers(manager, args.namespace)

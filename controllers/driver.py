@@ -6,7 +6,7 @@ One `controllers._operand.Operand`; the reconcile is the one all operands share.
 from __future__ import annotations
 
 from controllers._operand import Operand, setup_operand
-from controllers._status import StatusWriter
+from controllers._status import PolicyStatus
 from controllers.render import nodes_without_driver
 from gpuctrl.runtime import Controller, Manager
 
@@ -20,6 +20,6 @@ DRIVER = Operand(
 )
 
 
-def setup(manager: Manager, namespace: str, status: StatusWriter) -> Controller:
+def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
     """Add the driver controller to ``manager``."""
     return setup_operand(manager, namespace, DRIVER, status)

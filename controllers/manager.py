@@ -7,10 +7,10 @@ one Event recorder.
 
 from __future__ import annotations
 
-from controllers import deviceplugin, driver, nodes, policy, toolkit, validator
+from controllers import deviceplugin, driver, nodes, podpolicy, policy, toolkit, validator
 from controllers._cluster import TRANSFORMS
-from controllers._status import StatusWriter
-from gpuctrl.runtime import EventRecorder, Manager
+from controllers._status import PolicyStatus
+from gpuctrl.runtime import Manager, StatusWriter
 
 __all__ = ["COMPONENT", "TRANSFORMS", "setup_controllers"]
 
@@ -20,8 +20,10 @@ COMPONENT = "gpuctrl-manager"
 
 def setup_controllers(manager: Manager, namespace: str) -> None:
     """Add the operator's controllers, whose operands live in ``namespace``, to ``manager``."""
-    status = StatusWriter(manager.client, EventRecorder(manager.client, COMPONENT))
+    writer = StatusWriter(manager.client, attempts=10, clock=manager.clock)
+    status = PolicyStatus(writer, manager.event_recorder(COMPONENT))
     nodes.setup(manager, namespace, status)
     for operand in (driver, toolkit, validator, deviceplugin):
         operand.setup(manager, namespace, status)
     policy.setup(manager, namespace, status)
+    podpolicy.setup(manager, namespace)

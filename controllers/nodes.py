@@ -17,9 +17,9 @@ from typing import Any
 from prometheus_client import Gauge
 
 from api.v1alpha1 import ClusterPolicy
-from controllers._cluster import honoured, informer, to_honoured
+from controllers._cluster import cached, honoured, informer, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, NODES
-from controllers._status import StatusWriter, condition
+from controllers._status import PolicyStatus, condition
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
     Controller,
@@ -109,14 +109,14 @@ def is_gpu(labels: Mapping[str, str]) -> bool:
     return any(labels.get(label) == "true" for label in NFD_GPU_LABELS)
 
 
-def setup(manager: Manager, namespace: str, status: StatusWriter) -> list[Controller]:
+def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Controller]:
     """Add the node labeller and its status controller to ``manager``."""
     cache = manager.cache
     nodes = informer(cache, NODES, namespace)
     policies = informer(cache, CLUSTER_POLICIES, namespace)
 
     async def label(request: Request) -> Result | None:
-        node = cache.get(NODES, request.name)
+        node = cached(cache, NODES, namespace, request.name)
         policy = honoured(cache)
         if node is None or policy is None or policy.model is None:
             return None

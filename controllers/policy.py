@@ -15,7 +15,7 @@ from typing import Any
 
 from controllers._cluster import Policy, honoured, informer, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, NODES, PODS
-from controllers._status import StatusWriter, condition
+from controllers._status import PolicyStatus, condition
 from controllers.nodes import DEPLOY_LABELS, LABELLED, enabled_components, is_gpu
 from gpuctrl.runtime import (
     Controller,
@@ -73,7 +73,7 @@ def _verdict(policy: Policy) -> tuple[dict[str, Any], str]:
     return condition(READY, True, reason, text, generation), "ready"
 
 
-def setup(manager: Manager, namespace: str, status: StatusWriter) -> Controller:
+def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
     """Add the policy controller to ``manager``."""
     cache = manager.cache
     policies = informer(cache, CLUSTER_POLICIES, namespace)

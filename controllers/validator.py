@@ -6,7 +6,7 @@ One `controllers._operand.Operand`; the reconcile is the one all operands share.
 from __future__ import annotations
 
 from controllers._operand import Operand, setup_operand
-from controllers._status import StatusWriter
+from controllers._status import PolicyStatus
 from gpuctrl.runtime import Controller, Manager
 
 __all__ = ["VALIDATOR", "setup"]
@@ -18,6 +18,6 @@ VALIDATOR = Operand(
 )
 
 
-def setup(manager: Manager, namespace: str, status: StatusWriter) -> Controller:
+def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
     """Add the validator controller to ``manager``."""
     return setup_operand(manager, namespace, VALIDATOR, status)

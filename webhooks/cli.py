@@ -123,9 +123,12 @@ async def _serve(args: argparse.Namespace) -> None:
     from webhooks._handler import MUTATE_PATH, POD_POLICIES, PodPolicyHandler, PolicySet
 
     host, port = args.bind_address
-    probe_host, probe_port = args.health_probe_bind_address
     try:
-        manager = await Manager.create(args.kubeconfig, http_host=probe_host, http_port=probe_port)
+        manager = await Manager.create(
+            args.kubeconfig,
+            metrics_bind_address=_joined(args.metrics_bind_address),
+            health_probe_bind_address=_joined(args.health_probe_bind_address),
+        )
     except Exception as error:  # kubeconfig missing or unreadable: the user's to fix
         raise InvalidInput(f"cannot load the kubeconfig: {error}") from None
     await _check_reachable(manager)
@@ -158,6 +161,11 @@ async def _check_reachable(manager: Any) -> None:
         await manager.client.api_client.close()
         host = manager.client.api_client.configuration.host
         raise InvalidInput(f"the apiserver at {host} is unreachable: {error!r}") from None
+
+
+def _joined(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _address(text: str) -> tuple[str, int]:

@@ -5,18 +5,10 @@ leader election, health and Prometheus metrics, and server-side apply helpers. I
 nothing of GPUs.
 """
 
-from ._builder import ControllerOptions, Watch, build_controller
+from ._builder import ControllerOptions, Owns, Watch, build_controller
 from ._cache import Cache
-from ._client import (
-    DEFAULT_REQUEST_TIMEOUT,
-    Client,
-    Resource,
-    new_api_client,
-    retry_on_conflict,
-    set_controller_reference,
-)
+from ._client import DEFAULT_REQUEST_TIMEOUT, METADATA_ONLY, Client, retry_on_conflict
 from ._clock import Clock, SystemClock, TimerHandle
-from ._conditions import set_condition, update_status
 from ._controller import Controller, Reconciler
 from ._enqueue import Mapper, request_for_object, requests_for_owner
 from ._errors import (
@@ -38,13 +30,15 @@ from ._errors import (
     Unauthorized,
     api_error,
 )
-from ._events import EVENTS, EventRecorder
+from ._events import EVENTS, EventRecorder, EventSink
 from ._informer import EventHandler, Informer, Transform, drop_managed_fields
+from ._kubeconfig import new_api_client, pod_namespace
 from ._leader import LEASES, LeaderElection, LeaderElector, default_identity
 from ._log import LOG_CONTEXT, ContextFilter, JSONFormatter, configure_logging
 from ._manager import Manager, Runnable
 from ._metrics import METRICS_REGISTRY, QueueMetricsProvider
 from ._objects import FrozenDict, freeze, object_key, thaw
+from ._ownership import set_controller_reference
 from ._predicates import (
     Event,
     Predicate,
@@ -63,6 +57,8 @@ from ._ratelimiter import (
 )
 from ._ratelimiting import WorkQueue
 from ._reconcile import Request, Result
+from ._resources import Resource
+from ._status import StatusWriter, set_condition
 from ._store import NAMESPACE_INDEX, IndexFunc, Store
 
 __all__ = [
@@ -70,6 +66,7 @@ __all__ = [
     "EVENTS",
     "LEASES",
     "LOG_CONTEXT",
+    "METADATA_ONLY",
     "METRICS_REGISTRY",
     "NAMESPACE_INDEX",
     "AlreadyExists",
@@ -87,6 +84,7 @@ __all__ = [
     "Event",
     "EventHandler",
     "EventRecorder",
+    "EventSink",
     "Forbidden",
     "FrozenDict",
     "Gone",
@@ -103,6 +101,7 @@ __all__ = [
     "Mapper",
     "MaxOfRateLimiter",
     "NotFound",
+    "Owns",
     "Predicate",
     "QueueMetricsProvider",
     "QueueShutDown",
@@ -113,6 +112,7 @@ __all__ = [
     "Result",
     "Runnable",
     "ServerError",
+    "StatusWriter",
     "Store",
     "SystemClock",
     "TerminalError",
@@ -135,6 +135,7 @@ __all__ = [
     "labels_changed",
     "new_api_client",
     "object_key",
+    "pod_namespace",
     "request_for_object",
     "requests_for_owner",
     "resource_version_changed",
@@ -142,5 +143,4 @@ __all__ = [
     "set_condition",
     "set_controller_reference",
     "thaw",
-    "update_status",
 ]

@@ -5,107 +5,83 @@ authentication all work as in kubernetes-asyncio) with ``_preload_content=False`
 client-side timeout, and decodes the body with ``json.loads`` into plain dicts: no generated
 model classes, which are several times slower to build. Error statuses become the classes of
 ``gpuctrl.runtime._errors`` with the response's Status message in the text.
+
+Like client-go's REST client it can pace itself (``qps``/``burst``, off by default as in
+controller-runtime >= 0.21, which relies on API Priority and Fairness), waits out a 429 (or 503)
+that carries ``Retry-After`` and tries again (at most ``max_retries`` times), and counts every
+answer in ``rest_client_requests_total{code,host,method}``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import random
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, TypeVar
-from urllib.parse import quote
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
+from prometheus_client import Counter
 
+from ._clock import Clock, SystemClock
 from ._errors import AlreadyExists, ApiError, Conflict, api_error
+from ._jitter import jittered
+from ._listjson import read_list
+from ._metrics import METRICS_REGISTRY
+from ._ratelimiter import BucketRateLimiter
+from ._resources import Resource
 
-__all__ = [
-    "DEFAULT_REQUEST_TIMEOUT",
-    "Client",
-    "Resource",
-    "new_api_client",
-    "retry_on_conflict",
-    "set_controller_reference",
-]
+__all__ = ["DEFAULT_REQUEST_TIMEOUT", "METADATA_ONLY", "Client", "retry_on_conflict"]
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
 """Seconds any single request may take (kubernetes-asyncio's default is: forever)."""
 
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+"""The ``Accept`` header asking for a list of metadata only (PartialObjectMetadataList)."""
+_METADATA_ONLY_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+_JSON = "application/json"
 _APPLY_PATCH = "application/apply-patch+yaml"
 _MERGE_PATCH = "application/merge-patch+json"
+_PAGE_SIZE = 500
+_RETRY_AFTER_CAP = 60.0  # seconds: a longer Retry-After is waited out in steps of this
 
+_REQUESTS = Counter(
+    "rest_client_requests",
+    "Number of HTTP requests, partitioned by status code, method, and host.",
+    ["code", "host", "method"],
+    registry=METRICS_REGISTRY,
+)
 
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """One API resource: ``Resource("apps/v1", "Deployment", "deployments")``.
-
-    ``api_version`` is ``group/version`` (``v1`` for the core group), ``plural`` the URL name.
-    """
-
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool = True
-
-    @property
-    def group(self) -> str:
-        """The API group ("" for the core group)."""
-        return self.api_version.rpartition("/")[0]
-
-    def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
-        """The URL path of the collection, or of one object (and its subresource ``sub``)."""
-        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name is not None:
-            base += f"/{quote(name, safe='')}"
-        return f"{base}/{sub}" if sub else base
-
-
-async def new_api_client(
-    kubeconfig: str | Path | None = None,
-    *,
-    configuration: k8s_client.Configuration | None = None,
-    context: str | None = None,
-) -> k8s_client.ApiClient:
-    """Build an ``ApiClient``: from ``configuration`` if given, else from ``kubeconfig``, else
-    in-cluster when running in a pod, else from ``$KUBECONFIG`` / ``~/.kube/config``.
-
-    The caller owns the client and must ``await client.close()``.
-    """
-    if configuration is None:
-        configuration = k8s_client.Configuration()
-        if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            await k8s_config.load_kube_config(
-                config_file=str(kubeconfig) if kubeconfig is not None else None,
-                context=context,
-                client_configuration=configuration,
-            )
-    return k8s_client.ApiClient(configuration)
+Query = Mapping[str, str | int | bool]
+PropagationPolicy = Literal["Foreground", "Background", "Orphan"]
 
 
 class Client:
     """Get, list, watch, create, apply, update and delete objects of any `Resource` as dicts.
 
     Wraps an ``ApiClient`` it does not own; every request is bounded by ``request_timeout``.
+    ``qps``/``burst`` (None: unlimited) pace requests through a token bucket on ``clock``,
+    which also times the waits after a 429 with ``Retry-After``.
     """
 
     def __init__(
-        self, api_client: k8s_client.ApiClient, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+        self,
+        api_client: k8s_client.ApiClient,
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        qps: float | None = None,
+        burst: int = 10,
+        max_retries: int = 10,
+        clock: Clock | None = None,
     ) -> None:
         self.api_client = api_client
         self.request_timeout = request_timeout
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._bucket = None if qps is None else BucketRateLimiter(qps, burst, clock=self._clock)
+        self._max_retries = max_retries
+        self._host = urlsplit(api_client.configuration.host).netloc
         self._discovered: dict[str, dict[str, Resource]] = {}
 
     async def request(
@@ -113,36 +89,56 @@ class Client:
         method: str,
         path: str,
         *,
-        query: Mapping[str, str | int | bool] | None = None,
+        query: Query | None = None,
         body: Any = None,
-        content_type: str = "application/json",
+        content_type: str = _JSON,
     ) -> Any:
         """Send one request and return the decoded JSON body; error statuses raise `ApiError`."""
-        async with self._open(method, path, query, body, content_type, None) as response:
+        async with self._open(method, path, query, body, content_type, _JSON, None) as response:
             data = await response.read()
         return json.loads(data) if data else None
 
-    async def read(self, path: str, query: Mapping[str, str | int | bool]) -> bytes:
+    async def read(self, path: str, query: Query, *, accept: str = _JSON) -> bytes:
         """GET ``path`` and return the undecoded body; error statuses raise `ApiError`."""
-        async with self._open("GET", path, query, None, "application/json", None) as response:
+        async with self._open("GET", path, query, None, _JSON, accept, None) as response:
             return await response.read()
+
+    async def pages(
+        self, path: str, query: Query, *, accept: str = _JSON
+    ) -> AsyncIterator[tuple[dict[str, Any], Iterator[dict[str, Any]]]]:
+        """Each page of a list as (list metadata, items decoded lazily), following
+        ``continue`` tokens: the one paging loop. A ``limit`` in ``query`` sets the page size;
+        without one the server answers in one piece."""
+        query = dict(query)
+        while True:
+            meta, items = read_list((await self.read(path, query, accept=accept)).decode())
+            yield meta, items
+            if not meta.get("continue"):
+                return
+            query = {**query, "limit": query.get("limit", _PAGE_SIZE), "continue": meta["continue"]}
 
     @asynccontextmanager
     async def stream(
-        self, path: str, query: Mapping[str, str | int | bool], limits: aiohttp.ClientTimeout
+        self, path: str, query: Query, limits: aiohttp.ClientTimeout, *, accept: str = _JSON
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """Open a streaming GET (a watch); the response is released when the block exits."""
-        async with self._open("GET", path, query, None, "application/json", limits) as response:
+        async with self._open("GET", path, query, None, _JSON, accept, limits) as response:
             yield response
 
     async def watch(
-        self, path: str, query: Mapping[str, str | int | bool], limits: aiohttp.ClientTimeout
+        self,
+        path: str,
+        query: Query,
+        limits: aiohttp.ClientTimeout,
+        *,
+        metadata_only: bool = False,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """The events (``{"type": ..., "object": ...}``) of a watch on ``path`` (``watch=true``
         is added) until the server ends it; an ERROR event raises its `ApiError` (`Gone`: the
         resourceVersion is too old). Iterate it inside ``contextlib.aclosing`` so that leaving
         the loop early releases the connection at once."""
-        async with self.stream(path, {**query, "watch": True}, limits) as response:
+        accept = _METADATA_ONLY_WATCH if metadata_only else _JSON
+        async with self.stream(path, {**query, "watch": True}, limits, accept=accept) as response:
             pending = b""
             async for chunk in response.content.iter_any():
                 *lines, pending = (pending + chunk).split(b"\n")
@@ -161,26 +157,35 @@ class Client:
         self,
         method: str,
         path: str,
-        query: Mapping[str, str | int | bool] | None,
+        query: Query | None,
         body: Any,
         content_type: str,
+        accept: str,
         limits: aiohttp.ClientTimeout | None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         params = [(k, _query_value(v)) for k, v in (query or {}).items()]
-        response: aiohttp.ClientResponse = await self.api_client.call_api(
-            path,
-            method,
-            query_params=params,
-            header_params={"Accept": "application/json", "Content-Type": content_type},
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=limits or self.request_timeout,
-        )
-        async with response:
-            if response.status >= 300:
-                raise _error_from(response, await response.read())
-            yield response
+        for attempt in range(self._max_retries + 1):
+            if self._bucket is not None:
+                await self._clock.sleep(self._bucket.when(None))
+            response: aiohttp.ClientResponse = await self.api_client.call_api(
+                path,
+                method,
+                query_params=params,
+                header_params={"Accept": accept, "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=limits or self.request_timeout,
+            )
+            async with response:
+                _REQUESTS.labels(str(response.status), self._host, method).inc()
+                wait = _retry_after(response) if attempt < self._max_retries else None
+                if wait is None:
+                    if response.status >= 300:
+                        raise _error_from(response, await response.read())
+                    yield response
+                    return
+            await self._clock.sleep(wait)
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Any:
         """Read one object (raises `NotFound` when absent)."""
@@ -193,20 +198,21 @@ class Client:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        metadata_only: bool = False,
     ) -> list[dict[str, Any]]:
-        """Every object matching the selectors (a consistent read, paged by the server)."""
-        query: dict[str, str | int | bool] = {"limit": 500}
+        """Every object matching the selectors (a consistent read, paged by the server), each
+        with its ``apiVersion`` and ``kind`` (list responses leave them out of their items).
+        ``metadata_only`` reads PartialObjectMetadata (metadata, apiVersion and kind)."""
+        query: dict[str, str | int | bool] = {"limit": _PAGE_SIZE}
         if label_selector:
             query["labelSelector"] = label_selector
         if field_selector:
             query["fieldSelector"] = field_selector
+        accept = METADATA_ONLY if metadata_only else _JSON
         items: list[dict[str, Any]] = []
-        while True:
-            page = await self.request("GET", resource.path(namespace), query=query)
-            items.extend(page["items"])
-            if not page["metadata"].get("continue"):
-                return items
-            query["continue"] = page["metadata"]["continue"]
+        async for _, page in self.pages(resource.path(namespace), query, accept=accept):
+            items.extend(typed(page, resource))
+        return items
 
     async def create(self, resource: Resource, obj: Mapping[str, Any]) -> Any:
         """Create ``obj`` (raises `AlreadyExists` when it exists)."""
@@ -262,10 +268,22 @@ class Client:
         namespace: str | None = None,
         *,
         missing_ok: bool = True,
+        propagation_policy: PropagationPolicy | None = None,
+        uid: str | None = None,
     ) -> None:
-        """Delete one object; an absent one is fine unless ``missing_ok`` is False."""
+        """Delete one object; an absent one is fine unless ``missing_ok`` is False.
+
+        ``propagation_policy`` says what happens to its dependents (the server's default for
+        the kind when None); ``uid`` deletes only that incarnation of the name (`Conflict`
+        when the object was replaced by another with the same name).
+        """
+        options: dict[str, Any] = {}
+        if propagation_policy is not None:
+            options["propagationPolicy"] = propagation_policy
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
         try:
-            await self.request("DELETE", resource.path(namespace, name))
+            await self.request("DELETE", resource.path(namespace, name), body=options or None)
         except ApiError as error:
             if not (missing_ok and error.status == 404):
                 raise
@@ -280,67 +298,59 @@ class Client:
                 for r in listing["resources"]
                 if "/" not in r["name"]
             }
-        try:
-            return self._discovered[api_version][kind]
-        except KeyError:
-            raise ValueError(f"the API server serves no kind {kind!r} in {api_version}") from None
+        served = self._discovered[api_version].get(kind)
+        if served is None:
+            del self._discovered[api_version]  # ask again next time: a CRD may arrive later
+            raise ValueError(f"the API server serves no kind {kind!r} in {api_version}")
+        return served
 
 
-def set_controller_reference(owner: Mapping[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
-    """Make ``owner`` the controller of ``obj`` (mutating and returning ``obj``).
-
-    Raises ``ValueError`` when ``obj`` already has a different controller, or when a namespaced
-    owner is in another namespace than ``obj`` (the garbage collector would delete ``obj``).
-    """
-    meta = owner["metadata"]
-    owner_ns = meta.get("namespace")
-    if owner_ns and owner_ns != obj["metadata"].get("namespace"):
-        raise ValueError(
-            f"owner {owner['kind']} {owner_ns}/{meta['name']} cannot own an object in namespace "
-            f"{obj['metadata'].get('namespace')!r}"
-        )
-    reference = {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-    references = [dict(r) for r in obj["metadata"].get("ownerReferences", ())]
-    for i, ref in enumerate(references):
-        if ref.get("controller") and ref["uid"] != meta["uid"]:
-            raise ValueError(
-                f"{obj['metadata']['name']} is already controlled by {ref['kind']} {ref['name']}"
-            )
-        if ref["uid"] == meta["uid"]:
-            references[i] = reference
-            break
-    else:
-        references.append(reference)
-    obj["metadata"]["ownerReferences"] = references
-    return obj
+def typed(items: Iterator[dict[str, Any]], resource: Resource) -> Iterator[dict[str, Any]]:
+    """Items of a list with apiVersion and kind filled in: list responses leave them out, and a
+    metadata-only list calls every item a PartialObjectMetadata."""
+    for item in items:
+        item["apiVersion"] = resource.api_version
+        item["kind"] = resource.kind
+        yield item
 
 
 T = TypeVar("T")
 
 
 async def retry_on_conflict(
-    attempt: Callable[[], Awaitable[T]], *, attempts: int = 5, delay: float = 0.01
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    attempts: int = 5,
+    delay: float = 0.01,
+    clock: Clock | None = None,
 ) -> T:
-    """Run a read-modify-write ``attempt`` again (after ``delay`` s, 10 % jitter) while it raises
-    `Conflict` (not `AlreadyExists`), at most ``attempts`` times; the last `Conflict` propagates.
+    """Run a read-modify-write ``attempt`` again (after ``delay`` s on ``clock``, jittered) while
+    it raises `Conflict` (not `AlreadyExists`), at most ``attempts`` times; the last `Conflict`
+    propagates.
 
     ``attempt`` must read the object afresh each time, or it will conflict forever.
     """
+    sleeper: Clock = clock if clock is not None else SystemClock()
     for _ in range(attempts - 1):
         try:
             return await attempt()
         except AlreadyExists:
             raise
         except Conflict:
-            await asyncio.sleep(delay * (1 + 0.1 * random.random()))
+            await sleeper.sleep(jittered(delay))
     return await attempt()
+
+
+def _retry_after(response: aiohttp.ClientResponse) -> float | None:
+    """Seconds to wait before sending the request again: a 429 or 503 with ``Retry-After``."""
+    if response.status not in (429, 503):
+        return None
+    value = response.headers.get("Retry-After", "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return min(max(seconds, 0.0), _RETRY_AFTER_CAP)
 
 
 def _namespace(obj: Mapping[str, Any]) -> str | None:

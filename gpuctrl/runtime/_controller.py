@@ -110,7 +110,9 @@ class Controller:
         self._workers = max_concurrent_reconciles
         self._drain_timeout = drain_timeout
         self._stopping = False
-        self._outcomes = {r: _TOTAL.labels(name, r) for r in ("success", "error", "requeue_after")}
+        self._outcomes = {
+            r: _TOTAL.labels(name, r) for r in ("success", "error", "requeue", "requeue_after")
+        }
         self._errors = _ERRORS.labels(name)
         self._terminal = _TERMINAL.labels(name)
         self._time = _TIME.labels(name)
@@ -157,6 +159,9 @@ class Controller:
                 await self._reconcile(request)
             finally:
                 self.queue.done(request)
+            # A reconcile that never awaits (a converged, cache-only pass) must not keep the
+            # loop: let watches, Lease renewal and probes run between two keys.
+            await asyncio.sleep(0)
 
     async def _reconcile(self, request: Request) -> None:
         """Reconcile one key and apply the contract: the one switch over its outcomes."""
@@ -177,11 +182,15 @@ class Controller:
             self._outcomes["error"].inc()
             self.queue.add_rate_limited(request)
         else:
-            self.queue.forget(request)
-            if result is not None and result.requeue_after is not None:
+            if result is not None and (result.requeue_after or 0) > 0:
+                self.queue.forget(request)
                 self._outcomes["requeue_after"].inc()
-                self.queue.add_after(request, result.requeue_after)
+                self.queue.add_after(request, result.requeue_after or 0)
+            elif result is not None and result.requeue:
+                self._outcomes["requeue"].inc()
+                self.queue.add_rate_limited(request)
             else:
+                self.queue.forget(request)
                 self._outcomes["success"].inc()
         finally:
             self._time.observe(self._clock.now() - started)

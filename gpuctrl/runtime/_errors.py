@@ -28,6 +28,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aiohttp
+
 __all__ = [
     "AlreadyExists",
     "ApiError",
@@ -47,6 +49,10 @@ __all__ = [
     "Unauthorized",
     "api_error",
 ]
+
+TRANSIENT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+"""Failures of the connection rather than answers of the server: retried wherever a loop
+retries (with `ApiError` added where any error status is worth another try)."""
 
 
 class GpuctrlError(Exception):

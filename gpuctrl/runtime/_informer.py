@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import Counter
 
-from ._client import Client, Resource
+from ._client import Client
 from ._clock import Clock, SystemClock
+from ._jitter import jittered
 from ._metrics import METRICS_REGISTRY
 from ._objects import freeze, object_key
-from ._reflector import Reflector
+from ._reflector import DEFAULT_READ_TIMEOUT, Reflector
+from ._resources import Resource
 from ._store import IndexFunc, Store
 
 __all__ = ["EventHandler", "Informer", "Transform", "drop_managed_fields"]
@@ -64,6 +65,8 @@ class Informer:
     """Lists and watches one resource (in one namespace, with selectors) into a `Store`.
 
     Start it with `start`; `wait_for_sync` returns once the first list is in the store.
+    ``metadata_only`` caches PartialObjectMetadata (apiVersion, kind and metadata: a fraction
+    of a Node's bytes); ``read_timeout`` is how long a silent watch is trusted (see `_reflector`).
     ``resync_period`` (seconds, jittered up to +10 %) re-delivers every cached object as an
     update with ``old is new``; None (the default) never resyncs. Resyncs and the reflector's
     backoff pauses wait on ``clock`` (`SystemClock` unless given).
@@ -77,14 +80,16 @@ class Informer:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        metadata_only: bool = False,
         transform: Transform = drop_managed_fields,
         resync_period: float | None = None,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
         clock: Clock | None = None,
     ) -> None:
         self.resource = resource
+        self.transform = transform
         self._clock: Clock = clock if clock is not None else SystemClock()
         self.store = Store()
-        self._transform = transform
         self._resync_period = resync_period
         self._handlers: list[EventHandler] = []
         self._synced = asyncio.Event()
@@ -95,6 +100,8 @@ class Informer:
             namespace=namespace,
             label_selector=label_selector,
             field_selector=field_selector,
+            metadata_only=metadata_only,
+            read_timeout=read_timeout,
             clock=self._clock,
         )
         self._lists = _LISTS.labels(resource=f"{resource.plural}.{resource.api_version}")
@@ -147,7 +154,7 @@ class Informer:
         stored_rv = self.store.resource_version(key)
         if stored_rv is not None and stored_rv == raw["metadata"].get("resourceVersion"):
             return key
-        obj = self._transform(raw)
+        obj = self.transform(raw)
         old = self.store.get(key) if self._handlers and stored_rv is not None else None
         self.store.upsert(obj)
         if self._handlers:
@@ -161,7 +168,7 @@ class Informer:
         """Forget ``key``; handlers get its ``final_state`` (from a watch) or the last stored."""
         last: dict[str, Any] | None
         if final_state is not None:
-            last = self._transform(final_state)
+            last = self.transform(final_state)
         else:
             last = self.store.get(key) if self._handlers else None
         if self.store.delete(key) and self._handlers and last is not None:
@@ -182,7 +189,7 @@ class Informer:
             return
         await self._synced.wait()
         while True:
-            await self._clock.sleep(self._resync_period * (1 + random.random() / 10))
+            await self._clock.sleep(jittered(self._resync_period))
             for obj in self.store.list():
                 frozen = freeze(obj)
                 self._dispatch("on_update", frozen, frozen)

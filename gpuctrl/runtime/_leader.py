@@ -6,32 +6,44 @@ not changed for ``leaseDurationSeconds`` as measured on the candidate's own cloc
 skew between machines does not matter). Writes are compare-and-swap on resourceVersion, so two
 candidates never both win. The leader renews every ``retry_period``; if it cannot renew for
 ``renew_deadline`` seconds, or sees another holder, it has lost. `LeaderElector.release`
-(on clean shutdown) clears the holder, so a standby takes over at its next try.
+(on clean shutdown, after every leader runnable stopped: the manager keeps renewing until then)
+clears the holder, so a standby takes over at its next try. ``leader_election_master_status``
+is 1 while this process leads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import socket
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
+from prometheus_client import Gauge
 
-from ._client import Client, Resource
+from ._client import Client
 from ._clock import Clock, SystemClock
-from ._errors import AlreadyExists, ApiError, Conflict, NotFound
+from ._errors import TRANSIENT_ERRORS, AlreadyExists, ApiError, Conflict, NotFound
+from ._jitter import jittered
+from ._kubeconfig import pod_namespace
+from ._metrics import METRICS_REGISTRY
+from ._resources import Resource
 
 __all__ = ["LEASES", "LeaderElection", "LeaderElector", "default_identity"]
 
 log = logging.getLogger("gpuctrl.runtime.leader")
 
 LEASES = Resource("coordination.k8s.io/v1", "Lease", "leases")
-_FAILURES = (ApiError, aiohttp.ClientError, OSError, TimeoutError)
+_FAILURES = (*TRANSIENT_ERRORS, ApiError)
+_MASTER = Gauge(
+    "leader_election_master_status",
+    "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
+    "1 indicates master. 'name' is the string used to identify the lease.",
+    ["name"],
+    registry=METRICS_REGISTRY,
+)
 
 
 def default_identity() -> str:
@@ -41,16 +53,29 @@ def default_identity() -> str:
 
 @dataclass(frozen=True)
 class LeaderElection:
-    """Where the Lease lives and the timings (client-go's defaults: 15 s, 10 s, 2 s)."""
+    """Where the Lease lives and the timings (client-go's defaults: 15 s, 10 s, 2 s).
+
+    ``namespace`` defaults to the pod's own (`pod_namespace`: ``$POD_NAMESPACE`` or the service
+    account's namespace file); outside a pod it must be given (``ValueError`` otherwise).
+    """
 
     name: str
-    namespace: str
+    namespace: str = ""
     identity: str = field(default_factory=default_identity)
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
 
     def __post_init__(self) -> None:
+        if not self.namespace:
+            namespace = pod_namespace()
+            if namespace is None:
+                raise ValueError(
+                    f"leader election lease {self.name!r} needs a namespace: not running in a "
+                    "pod (no $POD_NAMESPACE, no service account namespace file), so pass "
+                    "LeaderElection(name, namespace=...)"
+                )
+            object.__setattr__(self, "namespace", namespace)
         if not self.lease_duration > self.renew_deadline > self.retry_period > 0:
             raise ValueError(
                 "leader election needs lease_duration > renew_deadline > retry_period > 0, got "
@@ -67,7 +92,18 @@ class LeaderElector:
         self._clock = clock or SystemClock()
         self._observed: tuple[Any, ...] = ()  # the holder record last seen ...
         self._observed_at = 0.0  # ... and when (clock.now()) it was first seen
+        self._master = _MASTER.labels(config.name)
         self.is_leader = False
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this identity holds the Lease (as far as it knows)."""
+        return self._is_leader
+
+    @is_leader.setter
+    def is_leader(self, value: bool) -> None:
+        self._is_leader = value
+        self._master.set(1 if value else 0)
 
     async def acquire(self, stop: asyncio.Event) -> bool:
         """Try until this identity holds the Lease (True) or ``stop`` is set (False)."""
@@ -114,7 +150,7 @@ class LeaderElector:
         return f"{self.config.namespace}/{self.config.name}"
 
     def _jittered_retry(self) -> float:
-        return self.config.retry_period * (1 + 0.1 * random.random())
+        return jittered(self.config.retry_period)
 
     async def _try_once(self, time_limit: float | None = None) -> bool | None:
         """One attempt to take or renew: True when held, False when another holder has a valid

@@ -21,7 +21,8 @@ _WHITESPACE = " \t\n\r"
 def read_list(text: str) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
     """The ``metadata`` of a JSON list object (``{"metadata": ..., "items": [...]}``) and an
     iterator over its items. Items are decoded lazily when ``metadata`` precedes ``items`` (as
-    the API server writes them), else at once. Raises ``ValueError`` on malformed JSON."""
+    the API server writes them), else at once; ``"items": null`` (an empty list, as some
+    servers write it) yields nothing. Raises ``ValueError`` on malformed JSON."""
     pos = _expect(text, 0, "{")
     metadata: dict[str, Any] = {}
     items: list[dict[str, Any]] = []
@@ -32,7 +33,7 @@ def read_list(text: str) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
             return metadata, _items(text, pos)
         value, pos = _scan(text, pos)
         if key == "items":
-            items = value
+            items = value or []
         elif key == "metadata":
             metadata = value
         pos = _skip(text, pos)
@@ -42,6 +43,8 @@ def read_list(text: str) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
 
 
 def _items(text: str, pos: int) -> Iterator[dict[str, Any]]:
+    if text.startswith("null", pos):
+        return
     pos = _expect(text, pos, "[")
     if text[pos] == "]":
         return

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-__all__ = ["FrozenDict", "freeze", "object_key", "thaw"]
+__all__ = ["FrozenDict", "freeze", "key", "object_key", "thaw"]
 
 JSONObject = dict[str, Any]
 
@@ -67,8 +67,13 @@ def thaw(value: Any) -> Any:
     return value
 
 
+def key(namespace: str | None, name: str) -> str:
+    """The one key of an object, used by the cache, requests and logs: ``namespace/name``, or
+    ``name`` when there is no namespace (cluster-scoped objects)."""
+    return f"{namespace}/{name}" if namespace else name
+
+
 def object_key(obj: Mapping[str, Any]) -> str:
-    """The cache key of an object: ``namespace/name``, or ``name`` for cluster-scoped objects."""
+    """The `key` of an object: ``namespace/name``, or ``name`` for cluster-scoped objects."""
     meta = obj["metadata"]
-    namespace = meta.get("namespace")
-    return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
+    return key(meta.get("namespace"), str(meta["name"]))

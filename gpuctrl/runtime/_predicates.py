@@ -2,6 +2,12 @@
 
 A predicate is a function of an `Event` returning whether it passes. A watch with several
 predicates lets an event through only when all of them pass.
+
+Every predicate here passes resyncs (an update with ``old is obj``): an informer resyncs only
+when a ``resync_period`` was asked for, and then the point is that every object is reconciled
+again. Note that `generation_changed` also drops metadata-only writes: a controller that obeys
+an annotation (e.g. a pause annotation) or a label must add `annotations_changed` or
+`labels_changed` with `any_of`.
 """
 
 from __future__ import annotations
@@ -38,18 +44,24 @@ def _meta(obj: Mapping[str, Any] | None, field: str) -> Any:
     return None if obj is None else obj["metadata"].get(field)
 
 
+def _passes_unchanged(event: Event) -> bool:
+    """Adds, deletes and resyncs: the events every predicate here lets through."""
+    return event.type != "update" or event.old is event.obj
+
+
 def resource_version_changed(event: Event) -> bool:
-    """Passes adds, deletes and updates that changed the object (drops resyncs)."""
-    return event.type != "update" or _meta(event.old, "resourceVersion") != _meta(
+    """Passes adds, deletes, resyncs and updates that changed the object."""
+    return _passes_unchanged(event) or _meta(event.old, "resourceVersion") != _meta(
         event.obj, "resourceVersion"
     )
 
 
 def generation_changed(event: Event) -> bool:
-    """Passes adds, deletes and updates that changed ``metadata.generation``: drops status-only
-    writes, metadata-only writes and resyncs. Objects without a generation (ConfigMaps,
-    Secrets) pass whenever their resourceVersion changed."""
-    if event.type != "update":
+    """Passes adds, deletes, resyncs and updates that changed ``metadata.generation``: drops
+    status-only and metadata-only writes (labels, annotations: see the module docstring).
+    Objects without a generation (ConfigMaps, Secrets) pass whenever their resourceVersion
+    changed."""
+    if _passes_unchanged(event):
         return True
     new_generation = _meta(event.obj, "generation")
     if new_generation is None:
@@ -58,13 +70,13 @@ def generation_changed(event: Event) -> bool:
 
 
 def labels_changed(event: Event) -> bool:
-    """Passes adds, deletes and updates that changed ``metadata.labels``."""
-    return event.type != "update" or _meta(event.old, "labels") != _meta(event.obj, "labels")
+    """Passes adds, deletes, resyncs and updates that changed ``metadata.labels``."""
+    return _passes_unchanged(event) or _meta(event.old, "labels") != _meta(event.obj, "labels")
 
 
 def annotations_changed(event: Event) -> bool:
-    """Passes adds, deletes and updates that changed ``metadata.annotations``."""
-    return event.type != "update" or _meta(event.old, "annotations") != _meta(
+    """Passes adds, deletes, resyncs and updates that changed ``metadata.annotations``."""
+    return _passes_unchanged(event) or _meta(event.old, "annotations") != _meta(
         event.obj, "annotations"
     )
 

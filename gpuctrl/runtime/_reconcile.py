@@ -11,7 +11,10 @@ the reconciler ...                the controller ...
 ================================  =================================================================
 returns None or ``Result()``      forgets the key's failures (success; counted ``success``)
 returns ``Result(requeue_after)`` forgets the key's failures and reconciles it again after that
-                                  many seconds, or earlier if an event arrives (``requeue_after``)
+                                  many seconds (> 0), or earlier if an event arrives
+                                  (``requeue_after``); ``requeue_after <= 0`` is as if unset
+returns ``Result(requeue=True)``  requeues the key rate-limited, as after an error but without
+                                  counting one (``requeue``)
 raises `TerminalError`            logs it with the key, counts it in the errors metric and does
                                   *not* retry; only a new event brings the key back (``error``)
 raises any other exception        logs it with the key and requeues the key rate-limited:
@@ -28,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._objects import key
+
 __all__ = ["Request", "Result"]
 
 
@@ -39,16 +44,14 @@ class Request:
     name: str
 
     def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return key(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
 class Result:
     """What a successful reconcile asks for: ``requeue_after`` seconds until it runs again
-    (None: only when something changes)."""
+    (None or <= 0: only when something changes), or ``requeue`` for a rate-limited requeue
+    (ignored when ``requeue_after`` > 0), as in controller-runtime."""
 
     requeue_after: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.requeue_after is not None and self.requeue_after < 0:
-            raise ValueError(f"requeue_after must be >= 0 seconds, got {self.requeue_after}")
+    requeue: bool = False

@@ -1,9 +1,13 @@
 """List-then-watch of one resource, with client-go's recovery rules.
 
 - The first list asks for resourceVersion "0" (served from the API server's watch cache).
-- Each watch asks for bookmarks and a server-side timeout drawn from 300-600 s, and carries a
-  client-side timeout a little longer, so a half-open connection cannot hang it forever.
-- A watch that ends normally is resumed from the last resourceVersion seen, without a relist.
+- Each watch asks for bookmarks and a server-side timeout drawn from 300-600 s. A watch that
+  ends normally is resumed from the last resourceVersion seen, without a relist; one that the
+  server ends within a second having delivered nothing counts as a failure (backed off), so a
+  server that closes watches at once cannot make the reflector hot-loop.
+- A dead stream (a half-open connection, a proxy that stopped forwarding) is noticed by a read
+  timeout: ``read_timeout`` seconds with not one byte (the API server sends a bookmark or an
+  event well within a minute on a healthy watch) end the watch, which is resumed at once.
 - 410 Gone (an HTTP status or an ERROR event: the resourceVersion was compacted) -> relist from
   the last resourceVersion (served by the watch cache, "not older than"); if that list is also
   Gone, or the watch from the relisted version is Gone again, from "" (a quorum read, paged).
@@ -18,24 +22,37 @@ from __future__ import annotations
 
 import itertools
 import logging
-import random
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import aclosing
 from typing import Any, Protocol
 
 import aiohttp
+from prometheus_client import Counter
 
 from ._backoff import Backoff
-from ._client import Client, Resource
+from ._client import METADATA_ONLY, Client, typed
 from ._clock import Clock, SystemClock
-from ._errors import ApiError, Gone
-from ._listjson import read_list
+from ._errors import TRANSIENT_ERRORS, ApiError, Gone
+from ._jitter import jittered
+from ._metrics import METRICS_REGISTRY
+from ._resources import Resource
 
-__all__ = ["Reflector", "ReflectorSink"]
+__all__ = ["DEFAULT_READ_TIMEOUT", "Reflector", "ReflectorSink"]
 
 log = logging.getLogger("gpuctrl.runtime.reflector")
 
-_RETRYABLE = (aiohttp.ClientError, OSError, TimeoutError, ApiError, ValueError)
+DEFAULT_READ_TIMEOUT = 75.0
+"""Seconds a watch may stay silent before it is taken for dead (a little over the minute within
+which a healthy watch delivers a bookmark or an event)."""
+
+_WATCHES = Counter(
+    "gpuctrl_reflector_watches",
+    "Watch requests a reflector opened.",
+    ["resource"],
+    registry=METRICS_REGISTRY,
+)
+_RETRYABLE = (*TRANSIENT_ERRORS, ApiError, ValueError)  # ValueError: a garbled response
+_MIN_WATCH = 1.0  # seconds: a watch ended sooner with no event is treated as a failure
 
 
 class ReflectorSink(Protocol):
@@ -48,10 +65,14 @@ class ReflectorSink(Protocol):
         """One watch event: ``ADDED``, ``MODIFIED`` or ``DELETED``."""
 
 
+class EmptyWatch(Exception):
+    """The server ended a watch at once without delivering anything."""
+
+
 class Reflector:
     """Keeps a `ReflectorSink` in step with one resource (optionally one namespace and
-    selectors) until cancelled; backoff pauses are waited on ``clock`` (`SystemClock` unless
-    given)."""
+    selectors, optionally metadata only) until cancelled; backoff pauses are waited on
+    ``clock`` (`SystemClock` unless given)."""
 
     def __init__(
         self,
@@ -62,6 +83,8 @@ class Reflector:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        metadata_only: bool = False,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
         clock: Clock | None = None,
     ) -> None:
         self._client = client
@@ -69,6 +92,8 @@ class Reflector:
         self._resource = resource
         self._sink = sink
         self._path = resource.path(namespace)
+        self._metadata_only = metadata_only
+        self._read_timeout = read_timeout
         self._selectors: dict[str, str] = {}
         if label_selector:
             self._selectors["labelSelector"] = label_selector
@@ -76,6 +101,7 @@ class Reflector:
             self._selectors["fieldSelector"] = field_selector
         self.resource_version = ""  # the last resourceVersion delivered to the sink
         self.lists = 0  # how many lists were delivered (1 + relists)
+        self._watches = _WATCHES.labels(resource=f"{resource.plural}.{resource.api_version}")
         self._quorum_next = False  # the last list's version was already expired: read from etcd
 
     async def run(self) -> None:
@@ -106,20 +132,18 @@ class Reflector:
         """The items (decoded lazily, page by page) and resourceVersion of one list."""
         # With a resourceVersion the watch cache answers in one piece (a limit would send the
         # request to etcd for an exact, possibly stale, read); without one, etcd answers in pages.
+        query: dict[str, str | int | bool] = dict(self._selectors)
         if resource_version:
-            query: dict[str, str | int | bool] = {
-                **self._selectors,
-                "resourceVersion": resource_version,
-            }
+            query["resourceVersion"] = resource_version
         else:
-            query = {**self._selectors, "limit": 500}
+            query["limit"] = 500
+        accept = METADATA_ONLY if self._metadata_only else "application/json"
         pages: list[Iterator[dict[str, Any]]] = []
-        while True:
-            meta, items = read_list((await self._client.read(self._path, query)).decode())
+        version = ""
+        async for page_meta, items in self._client.pages(self._path, query, accept=accept):
             pages.append(items)
-            if not meta.get("continue"):
-                return _with_type(itertools.chain(*pages), self._resource), meta["resourceVersion"]
-            query = {**self._selectors, "limit": 500, "continue": meta["continue"]}
+            version = page_meta["resourceVersion"]
+        return typed(itertools.chain(*pages), self._resource), version
 
     async def _watch_until_gone(self, backoff: Backoff) -> None:
         listed_at = self.resource_version
@@ -131,27 +155,35 @@ class Reflector:
                 log.info("relisting %s: %s", self._path, error)
                 self._quorum_next = self.resource_version == listed_at
                 return
-            except _RETRYABLE as error:
+            except (EmptyWatch, *_RETRYABLE) as error:
                 await self._pause("watch", error, backoff)
 
     async def _watch(self) -> None:
-        server_timeout = random.randint(300, 600)
+        server_timeout = round(jittered(300, 1.0))
         query: dict[str, str | int | bool] = {
             **self._selectors,
             "allowWatchBookmarks": True,
             "resourceVersion": self.resource_version,
             "timeoutSeconds": server_timeout,
         }
-        limits = aiohttp.ClientTimeout(total=server_timeout + 30, sock_connect=10)
-        async with aclosing(self._client.watch(self._path, query, limits)) as events:
+        limits = aiohttp.ClientTimeout(
+            total=server_timeout + 30, sock_connect=10, sock_read=self._read_timeout
+        )
+        opened, delivered = self._clock.now(), False
+        self._watches.inc()
+        watching = self._client.watch(self._path, query, limits, metadata_only=self._metadata_only)
+        async with aclosing(watching) as events:
             async for event in events:
+                delivered = True
                 self._handle(event)
+        if not delivered and self._clock.now() - opened < _MIN_WATCH:
+            raise EmptyWatch(f"the server ended a watch of {self._path} at once, with no event")
 
     def _handle(self, event: Mapping[str, Any]) -> None:
         event_type, obj = event["type"], event["object"]
         if event_type != "BOOKMARK":
-            obj.setdefault("apiVersion", self._resource.api_version)
-            obj.setdefault("kind", self._resource.kind)
+            obj["apiVersion"] = self._resource.api_version
+            obj["kind"] = self._resource.kind
             self._sink.apply(event_type, obj)
         self.resource_version = obj["metadata"]["resourceVersion"]
 
@@ -159,11 +191,3 @@ class Reflector:
         delay = backoff.next_delay()
         log.warning("%s %s failed (%r); retrying in %.1f s", what, self._path, error, delay)
         await self._clock.sleep(delay)
-
-
-def _with_type(items: Iterable[dict[str, Any]], resource: Resource) -> Iterator[dict[str, Any]]:
-    """Fill in apiVersion and kind, which list responses leave out of their items."""
-    for item in items:
-        item.setdefault("apiVersion", resource.api_version)
-        item.setdefault("kind", resource.kind)
-        yield item

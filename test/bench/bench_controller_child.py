@@ -61,7 +61,9 @@ async def run_gpuctrl(job: str, kubeconfig: str, namespace: str, tally: Tally) -
     configmaps = rt.Resource("v1", "ConfigMap", "configmaps")
     nodes = rt.Resource("v1", "Node", "nodes", namespaced=False)
     started = time.perf_counter()
-    manager = await rt.Manager.create(kubeconfig, http_port=None)
+    manager = await rt.Manager.create(
+        kubeconfig, metrics_bind_address=None, health_probe_bind_address=None
+    )
     if job == "memory":
         manager.cache.informer(configmaps, namespace=namespace)
         manager.cache.informer(nodes)

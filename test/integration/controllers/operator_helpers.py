@@ -49,7 +49,9 @@ async def running_manager(kubeconfig: Path, namespace: str) -> AsyncIterator[Man
     HTTP), with the manager's User-Agent; stopped on exit."""
     api = await new_api_client(kubeconfig)
     api.user_agent = USER_AGENT
-    manager = Manager(api, http_port=None, transforms=TRANSFORMS)
+    manager = Manager(
+        api, metrics_bind_address=None, health_probe_bind_address=None, transforms=TRANSFORMS
+    )
     setup_controllers(manager, namespace)
     stop = asyncio.Event()
     task = asyncio.create_task(manager.start(stop))

@@ -264,8 +264,12 @@ async def test_an_invalid_spec_is_reported_and_changes_nothing(
         return status
 
     await eventually(reported, within=20)
-    events = await client.list(EVENTS, "default", field_selector=f"involvedObject.name={POLICY}")
-    assert any(e["reason"] == "InvalidSpec" and e["type"] == "Warning" for e in events)
+
+    async def warned() -> None:
+        events = await policy_events(client)
+        assert any(e["reason"] == "InvalidSpec" and e["type"] == "Warning" for e in events)
+
+    await eventually(warned, within=10)
     await asyncio.sleep(2)
     after = await daemonsets(client, NAMESPACE)
     assert {n: d["metadata"]["generation"] for n, d in after.items()} == {
@@ -365,12 +369,32 @@ async def test_on_delete_driver_is_ready_only_on_its_newest_revision(
     await converged(client)
 
 
+async def policy_events(client: Client) -> list[dict[str, Any]]:
+    """The Events about the policy."""
+    return await client.list(EVENTS, "default", field_selector=f"involvedObject.name={POLICY}")
+
+
 async def test_operand_events_are_recorded(operator: Running, client: Client) -> None:
-    events = await client.list(EVENTS, "default", field_selector=f"involvedObject.name={POLICY}")
+    events = await policy_events(client)
     messages = {(e["reason"], e["message"]) for e in events}
     assert ("Created", "Created DaemonSet gpuctrl/gpuctrl-toolkit") in messages
     assert ("Deleted", "Deleted DaemonSet gpuctrl/gpuctrl-driver-debian12") in messages
     assert {e["source"]["component"] for e in events} == {"gpuctrl-manager"}
+
+
+async def test_the_manager_runs_the_pod_policy_status_controller(
+    operator: Running, client: Client
+) -> None:
+    pod_policies = Resource("gpuctrl.io/v1alpha1", "PodPolicy", "podpolicies", False)
+    body = {"apiVersion": "gpuctrl.io/v1alpha1", "kind": "PodPolicy", "metadata": {"name": "pp"}}
+    await client.create(pod_policies, {**body, "spec": {}})
+
+    async def has_status() -> None:
+        found = (await client.get(pod_policies, "pp")).get("status") or {}
+        assert "Ready" in conditions(found), found
+
+    await eventually(has_status, within=20)
+    await client.delete(pod_policies, "pp")
 
 
 async def test_deleting_the_policy_removes_every_operand(operator: Running, client: Client) -> None:

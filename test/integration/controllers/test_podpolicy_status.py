@@ -23,7 +23,9 @@ def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
 async def test_ready_follows_the_generation_and_no_targets_is_reported(
     control_plane: ControlPlane,
 ) -> None:
-    manager = await Manager.create(control_plane.kubeconfig, http_port=None)
+    manager = await Manager.create(
+        control_plane.kubeconfig, metrics_bind_address=None, health_probe_bind_address=None
+    )
     setup(manager, "gpuctrl")
     stop = asyncio.Event()
     running = asyncio.create_task(manager.start(stop))

@@ -29,7 +29,12 @@ class Announce:
 async def main(kubeconfig: str, namespace: str, identity: str) -> None:
     rt.configure_logging(json_lines=True)
     election = rt.LeaderElection("candidates", namespace, identity=identity)
-    manager = await rt.Manager.create(kubeconfig, http_port=None, leader_election=election)
+    manager = await rt.Manager.create(
+        kubeconfig,
+        metrics_bind_address=None,
+        health_probe_bind_address=None,
+        leader_election=election,
+    )
 
     async def reconcile(request: rt.Request) -> None:
         cm = manager.cache.get(CONFIGMAPS, request.name, request.namespace)

@@ -13,6 +13,7 @@ from gpuctrl.runtime import (
     Client,
     Conflict,
     EventRecorder,
+    EventSink,
     NotFound,
     retry_on_conflict,
 )
@@ -69,11 +70,16 @@ async def test_retry_on_conflict_rereads_until_the_write_lands(
 
 async def test_event_recorder_counts_repeats(client: Client, namespace: str) -> None:
     subject = await client.create(CONFIGMAPS, configmap("subject", namespace))
-    recorder = EventRecorder(client, "gpuctrl-test")
+    sink = EventSink(client)
+    stop = asyncio.Event()
+    sending = asyncio.create_task(sink.start(stop))
+    recorder = EventRecorder(sink, "gpuctrl-test")
     for _ in range(3):
-        await recorder.event(subject, "Warning", "Broken", "it broke")
-    await recorder.event(subject, "Normal", "Fixed", "it works")
-    await asyncio.sleep(0)
+        recorder.event(subject, "Warning", "Broken", "it broke")
+    recorder.event(subject, "Normal", "Fixed", "it works")
+    await recorder.flush()
+    stop.set()
+    await sending
     events = await client.list(EVENTS, namespace)
     by_reason = {e["reason"]: e for e in events}
     assert len(events) == 2

@@ -27,7 +27,11 @@ NAMESPACES = Resource("v1", "Namespace", "namespaces", namespaced=False)
 
 
 async def new_manager(control_plane: ControlPlane) -> Manager:
-    return await Manager.create(control_plane.kubeconfig, http_port=0, http_host="127.0.0.1")
+    return await Manager.create(
+        control_plane.kubeconfig,
+        metrics_bind_address="127.0.0.1:0",
+        health_probe_bind_address="127.0.0.1:0",
+    )
 
 
 def copier(manager: Manager) -> Any:
@@ -268,10 +272,14 @@ async def test_manager_serves_probes_and_metrics(
     manager = await new_manager(control_plane)
     manager.add_controller("probed", noop, for_=CONFIGMAPS, namespace=namespace)
     async with running(manager), aiohttp.ClientSession() as http:
-        base = f"http://127.0.0.1:{manager.http_port}"
+        probes = f"http://127.0.0.1:{manager.health_probe_port}"
+        base = f"http://127.0.0.1:{manager.metrics_port}"
+        assert manager.metrics_port != manager.health_probe_port
         for path in ("/healthz", "/readyz"):
-            async with http.get(base + path) as response:
+            async with http.get(probes + path) as response:
                 assert response.status == 200, path
+        async with http.get(probes + "/metrics") as response:
+            assert response.status == 404  # metrics on their own port
 
         async def reconciled() -> bool:
             async with http.get(base + "/metrics") as response:
@@ -304,14 +312,14 @@ async def test_readyz_is_503_until_the_caches_sync(
     stop = asyncio.Event()
     task = asyncio.create_task(manager.start(stop))
     try:
-        await eventually(lambda: manager.http_port is not None)
+        await eventually(lambda: manager.health_probe_port is not None)
         async with aiohttp.ClientSession() as http:
-            base = f"http://127.0.0.1:{manager.http_port}"
+            base = f"http://127.0.0.1:{manager.health_probe_port}"
             async with http.get(base + "/healthz") as response:
                 assert response.status == 200
             async with http.get(base + "/readyz") as response:
                 assert response.status == 503
-                assert await response.text() == "caches not synced"
+                assert await response.text() == "[-]caches failed\nreadyz failed"
     finally:
         stop.set()
         await task

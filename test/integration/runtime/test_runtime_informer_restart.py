@@ -76,7 +76,9 @@ async def test_apiserver_restart_relists_without_loss_or_duplicates(
                 copy = configmap(f"{request.name}-copy", NS, **source["data"])
                 await manager.client.apply(CONFIGMAPS, copy, field_manager="mirror", force=True)
 
-        manager = await Manager.create(own_plane.kubeconfig, http_port=None)
+        manager = await Manager.create(
+            own_plane.kubeconfig, metrics_bind_address=None, health_probe_bind_address=None
+        )
         manager.add_controller("mirror", mirror, for_=CONFIGMAPS, namespace=NS)
         recorder = Recorder()
         manager.cache.informer(CONFIGMAPS, namespace=NS).add_handler(recorder)

@@ -155,7 +155,10 @@ async def test_losing_the_lease_stops_controllers_at_once(
         "stolen", namespace, identity="victim", lease_duration=3, renew_deadline=2, retry_period=0.5
     )
     manager = await Manager.create(
-        control_plane.kubeconfig, http_port=None, leader_election=election
+        control_plane.kubeconfig,
+        metrics_bind_address=None,
+        health_probe_bind_address=None,
+        leader_election=election,
     )
     manager.add_controller("victim", long_reconcile, for_=CONFIGMAPS, namespace=namespace)
     await client.create(CONFIGMAPS, configmap("work", namespace))

@@ -122,17 +122,77 @@ async def test_a_failing_handler_does_not_stop_the_others(
     assert "handler bug" in caplog.text
 
 
-async def test_cache_reads_the_freshest_copy_and_refuses_before_sync() -> None:
+async def test_cache_reads_name_the_informer_they_read() -> None:
     async with ApiClient(Configuration()) as api:
         cache = Cache(Client(api))
         selected = cache.informer(CONFIGMAPS, namespace="ns", label_selector="role=source")
         everything = cache.informer(CONFIGMAPS, namespace="ns")
         with pytest.raises(CacheNotStarted, match="no synced informer for ConfigMap"):
             cache.get(CONFIGMAPS, "a", "ns")
+        # "b" lost its label: the selected informer dropped it, the other still has it.
         selected.replace([cm("a", "7", value="new")])
         everything.replace([cm("a", "5", value="old"), cm("b", "6")])
-        assert cache.get(CONFIGMAPS, "a", "ns")["data"] == {"value": "new"}  # type: ignore[index]
+        sel = {"label_selector": "role=source"}
+        assert cache.get(CONFIGMAPS, "a", "ns", **sel)["data"] == {"value": "new"}  # type: ignore[index]
+        assert cache.get(CONFIGMAPS, "b", "ns", **sel) is None
+        assert cache.get(CONFIGMAPS, "a", "ns")["data"] == {"value": "old"}  # type: ignore[index]
         assert cache.get(CONFIGMAPS, "b", "ns") is not None
         assert cache.get(CONFIGMAPS, "c", "ns") is None
+        assert [o["metadata"]["name"] for o in cache.list(CONFIGMAPS, "ns", **sel)] == ["a"]
         assert sorted(o["metadata"]["name"] for o in cache.list(CONFIGMAPS, "ns")) == ["a", "b"]
         assert cache.informer(CONFIGMAPS, namespace="ns") is everything
+        with pytest.raises(CacheNotStarted, match="role=other"):
+            cache.list(CONFIGMAPS, "ns", label_selector="role=other")
+        with pytest.raises(CacheNotStarted):
+            cache.list(CONFIGMAPS)  # only namespace "ns" is cached
+
+
+async def test_a_namespaced_get_without_a_namespace_raises() -> None:
+    async with ApiClient(Configuration()) as api:
+        cache = Cache(Client(api))
+        cache.informer(CONFIGMAPS).replace([cm("a", "1")])
+        with pytest.raises(ValueError, match="ConfigMap is namespaced"):
+            cache.get(CONFIGMAPS, "a")
+        assert cache.get(CONFIGMAPS, "a", "ns") is not None
+
+
+async def test_cluster_scoped_informers_ignore_the_namespace() -> None:
+    nodes = Resource("v1", "Node", "nodes", namespaced=False)
+    async with ApiClient(Configuration()) as api:
+        cache = Cache(Client(api))
+        informer = cache.informer(nodes, namespace="gpu-operator")
+        assert cache.informer(nodes) is informer
+        informer.replace([{"metadata": {"name": "n1", "resourceVersion": "1"}}])
+        assert cache.get(nodes, "n1") is not None
+        assert cache.get(nodes, "n1", "gpu-operator") is not None
+        assert len(cache.list(nodes, "gpu-operator")) == 1
+
+
+async def test_metadata_only_is_an_informer_of_its_own() -> None:
+    async with ApiClient(Configuration()) as api:
+        cache = Cache(Client(api))
+        full = cache.informer(CONFIGMAPS)
+        partial = cache.informer(CONFIGMAPS, metadata_only=True)
+        assert partial is not full
+        partial.replace([{"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "1"}}])
+        with pytest.raises(CacheNotStarted):
+            cache.get(CONFIGMAPS, "a", "ns")
+        assert cache.get(CONFIGMAPS, "a", "ns", metadata_only=True) is not None
+
+
+async def test_indexes_on_the_cache_answer_list() -> None:
+    async with ApiClient(Configuration()) as api:
+        cache = Cache(Client(api))
+        cache.add_index(CONFIGMAPS, "value", lambda o: [o["data"].get("value", "")])
+        cache.informer(CONFIGMAPS).replace([cm("a", "1", value="x"), cm("b", "2", value="y")])
+        found = cache.list(CONFIGMAPS, index=("value", "x"))
+        assert [o["metadata"]["name"] for o in found] == ["a"]
+        assert cache.list(CONFIGMAPS, "other", index=("value", "x")) == []
+
+
+async def test_another_transform_for_an_existing_informer_is_refused() -> None:
+    async with ApiClient(Configuration()) as api:
+        cache = Cache(Client(api))
+        cache.informer(CONFIGMAPS)
+        with pytest.raises(ValueError, match="another transform"):
+            cache.informer(CONFIGMAPS, transform=lambda o: o)

@@ -24,7 +24,13 @@ async def manager(clock: FakeClock) -> AsyncIterator[Callable[..., Manager]]:
 
     def build(**options: object) -> Manager:
         clients.append(ApiClient(Configuration(host="http://127.0.0.1:1")))
-        return Manager(clients[-1], http_port=None, clock=clock, **options)  # type: ignore[arg-type]
+        return Manager(
+            clients[-1],
+            metrics_bind_address=None,
+            health_probe_bind_address=None,
+            clock=clock,
+            **options,  # type: ignore[arg-type]
+        )
 
     yield build
     for client in clients:

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from gpuctrl.runtime import Client, Gone, Resource
+from gpuctrl.runtime import METADATA_ONLY, Client, Gone, Resource
 from gpuctrl.runtime._reflector import Reflector
 from gpuctrl.testing import FakeClock
 
@@ -35,17 +35,28 @@ class ScriptedClient(Client):
         super().__init__(api)
         self.lists: list[dict[str, Any]] = []
         self.watches: list[tuple[dict[str, Any], aiohttp.ClientTimeout]] = []
+        self.accepts: list[str] = []
+        self.metadata_only: list[bool] = []
         self._scripts = list(watches)
 
-    async def read(self, path: str, query: Mapping[str, str | int | bool]) -> bytes:
+    async def read(
+        self, path: str, query: Mapping[str, str | int | bool], *, accept: str = ""
+    ) -> bytes:
         self.lists.append(dict(query))
+        self.accepts.append(accept)
         listing = {"metadata": {"resourceVersion": "10"}, "items": [cm("a", "10")]}
         return json.dumps(listing).encode()
 
     async def watch(
-        self, path: str, query: Mapping[str, str | int | bool], limits: aiohttp.ClientTimeout
+        self,
+        path: str,
+        query: Mapping[str, str | int | bool],
+        limits: aiohttp.ClientTimeout,
+        *,
+        metadata_only: bool = False,
     ) -> AsyncGenerator[dict[str, Any], None]:
         self.watches.append((dict(query), limits))
+        self.metadata_only.append(metadata_only)
         if not self._scripts:
             await asyncio.Event().wait()  # an open watch with nothing to say
         for step in self._scripts.pop(0):
@@ -96,6 +107,40 @@ async def test_watch_asks_for_bookmarks_and_a_bounded_timeout(
         assert 300 <= query["timeoutSeconds"] <= 600
         assert limits.total is not None
         assert query["timeoutSeconds"] < limits.total <= query["timeoutSeconds"] + 60
+        assert limits.sock_read is not None  # a dead stream ends ...
+        assert 60 < limits.sock_read < 90  # ... a little after a bookmark was due
+
+
+async def test_watches_the_server_ends_at_once_with_nothing_back_off(
+    api: ApiClient, clock: FakeClock
+) -> None:
+    client = ScriptedClient(api, [[], [], [], []])  # four watches closed at once, empty
+    async with reflecting(client, clock, Sink()):
+        pauses: list[float] = []
+        while (deadline := clock.next_deadline) is not None:
+            pauses.append(deadline - clock.now())
+            await clock.step(pauses[-1])
+    assert len(client.watches) == 5  # not thousands: each empty watch waited first
+    assert len(client.lists) == 1
+    initial = [0.8, 1.6, 3.2, 6.4]
+    assert all(0.75 * d <= p <= d for p, d in zip(pauses, initial, strict=True)), pauses
+
+
+async def test_metadata_only_lists_and_watches_partial_objects(
+    api: ApiClient, clock: FakeClock
+) -> None:
+    client = ScriptedClient(api, [])
+    sink = Sink()
+    task = asyncio.create_task(
+        Reflector(client, CONFIGMAPS, sink, metadata_only=True, clock=clock).run()
+    )
+    await clock.step()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert client.accepts == [METADATA_ONLY]
+    assert "as=PartialObjectMetadataList;g=meta.k8s.io;v=v1" in METADATA_ONLY
+    assert client.metadata_only == [True]
 
 
 @pytest.mark.parametrize(

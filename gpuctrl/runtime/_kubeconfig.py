@@ -1,0 +1,50 @@
+"""Where the API client's configuration comes from: a kubeconfig, or the pod it runs in."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+__all__ = ["SERVICE_ACCOUNT_NAMESPACE", "new_api_client", "pod_namespace"]
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+"""The file in which Kubernetes tells a pod its namespace."""
+
+
+async def new_api_client(
+    kubeconfig: str | Path | None = None,
+    *,
+    configuration: k8s_client.Configuration | None = None,
+    context: str | None = None,
+) -> k8s_client.ApiClient:
+    """Build an ``ApiClient``: from ``configuration`` if given, else from ``kubeconfig``, else
+    in-cluster when running in a pod, else from ``$KUBECONFIG`` / ``~/.kube/config``.
+
+    The caller owns the client and must ``await client.close()``.
+    """
+    if configuration is None:
+        configuration = k8s_client.Configuration()
+        if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            await k8s_config.load_kube_config(
+                config_file=str(kubeconfig) if kubeconfig is not None else None,
+                context=context,
+                client_configuration=configuration,
+            )
+    return k8s_client.ApiClient(configuration)
+
+
+def pod_namespace(service_account_file: Path = SERVICE_ACCOUNT_NAMESPACE) -> str | None:
+    """The namespace this process runs in: ``$POD_NAMESPACE`` (the downward API), else the
+    service account's namespace file, else None (not in a pod)."""
+    namespace = os.environ.get("POD_NAMESPACE", "").strip()
+    if namespace:
+        return namespace
+    try:
+        return service_account_file.read_text().strip() or None
+    except OSError:
+        return None

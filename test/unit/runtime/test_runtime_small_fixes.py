@@ -1,0 +1,125 @@
+"""Smaller contracts of issue 9: resyncs reach reconcilers, conflicts retry on the injected
+clock, the pod's namespace, unique controller names, bind addresses, null list items."""
+
+import asyncio
+import itertools
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from gpuctrl.runtime import (
+    Cache,
+    Client,
+    Conflict,
+    LeaderElection,
+    Manager,
+    Request,
+    Resource,
+    build_controller,
+    pod_namespace,
+    retry_on_conflict,
+)
+from gpuctrl.runtime._http import parse_bind_address
+from gpuctrl.runtime._listjson import read_list
+from gpuctrl.testing import FakeClock
+
+CONFIGMAPS = Resource("v1", "ConfigMap", "configmaps")
+
+
+async def test_a_resync_reaches_a_controller_with_default_predicates(clock: FakeClock) -> None:
+    reconciled: list[Request] = []
+
+    async def reconcile(request: Request) -> None:
+        reconciled.append(request)
+
+    async with ApiClient(Configuration()) as api:
+        cache = Cache(Client(api), resync_period=60.0, clock=clock)
+        controller = build_controller(cache, "resynced", reconcile, for_=CONFIGMAPS)
+        informer = cache.informer(CONFIGMAPS)
+        informer.replace([{"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "1"}}])
+        stop = asyncio.Event()
+        resyncing = asyncio.create_task(informer._resync_forever())
+        running = asyncio.create_task(controller.start(stop))
+        await clock.step()
+        assert reconciled == [Request("ns", "a")]
+        await clock.step(66.0)  # 60 s, jittered by up to 10 %
+        assert reconciled == [Request("ns", "a")] * 2
+        resyncing.cancel()
+        stop.set()
+        await running
+
+
+async def test_retry_on_conflict_waits_on_the_given_clock(clock: FakeClock) -> None:
+    tries: list[float] = []
+
+    async def attempt() -> str:
+        tries.append(clock.now())
+        if len(tries) < 3:
+            raise Conflict(409, "Conflict", "stale")
+        return "done"
+
+    task = asyncio.create_task(retry_on_conflict(attempt, delay=5.0, clock=clock))
+    await clock.step(5.5)
+    await clock.step(5.5)
+    assert await task == "done"
+    assert len(tries) == 3
+    assert all(b - a >= 5.0 for a, b in itertools.pairwise(tries))
+
+
+def test_pod_namespace_from_the_environment_then_the_service_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = tmp_path / "namespace"
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    assert pod_namespace(token) is None
+    token.write_text("gpu-operator\n")
+    assert pod_namespace(token) == "gpu-operator"
+    monkeypatch.setenv("POD_NAMESPACE", "from-env")
+    assert pod_namespace(token) == "from-env"
+
+
+def test_leader_election_outside_a_pod_needs_a_namespace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    with pytest.raises(ValueError, match="needs a namespace"):
+        LeaderElection("lease")
+    monkeypatch.setenv("POD_NAMESPACE", "ops")
+    assert LeaderElection("lease").namespace == "ops"
+
+
+async def test_duplicate_controller_names_are_refused() -> None:
+    async def noop(request: Request) -> None:
+        return None
+
+    async with ApiClient(Configuration()) as api:
+        manager = Manager(api, metrics_bind_address=None, health_probe_bind_address=None)
+        manager.add_controller("one", noop, for_=CONFIGMAPS)
+        with pytest.raises(ValueError, match="'one' was already added"):
+            manager.add_controller("one", noop, for_=CONFIGMAPS, namespace="x")
+
+
+@pytest.mark.parametrize(
+    ("address", "parsed"),
+    [(":8080", ("0.0.0.0", 8080)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:81", ("::1", 81))],
+    ids=["any", "loopback-free", "ipv6"],
+)
+def test_bind_addresses(address: str, parsed: tuple[str, int]) -> None:
+    assert parse_bind_address(address) == parsed
+
+
+@pytest.mark.parametrize("address", ["8080", "host:", "h:99999", "h:x"])
+def test_bad_bind_addresses_name_the_address(address: str) -> None:
+    with pytest.raises(ValueError, match="is not HOST:PORT"):
+        parse_bind_address(address)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"metadata": {"resourceVersion": "1"}, "items": null}', '{"items": null, "metadata": {}}'],
+    ids=["lazy", "eager"],
+)
+def test_a_list_with_null_items_is_empty(text: str) -> None:
+    _, items = read_list(text)
+    assert list(items) == []
