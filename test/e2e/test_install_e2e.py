@@ -161,6 +161,18 @@ async def workload_pod_opted_out(plane: ControlPlane) -> None:
     assert created["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
 
 
+async def pod_policy_ready(admin: Client) -> None:
+    """The manager's PodPolicy status controller reports the Istio policy Ready."""
+    policies = Resource("gpuctrl.io/v1alpha1", "PodPolicy", "podpolicies", False)
+
+    async def is_ready() -> None:
+        (policy,) = await admin.list(policies)
+        conditions = (policy.get("status") or {}).get("conditions") or []
+        assert any(c["type"] == "Ready" and c["status"] == "True" for c in conditions), policy
+
+    await eventually(is_ready, within=60)
+
+
 async def operands_gone(admin: Client) -> None:
     async def gone() -> None:
         assert await admin.list(DAEMON_SETS, NAMESPACE) == []
@@ -216,23 +228,25 @@ async def test_install_run_under_own_accounts_and_uninstall(path: str, tmp_path:
                 ]
                 await stack.enter_async_context(gpuctrl(log, *webhook_args))
                 await ready(health, log)
-                manager_metrics = free_port()
+                manager_health = free_port()
                 manager_args = [
                     *("manager", "--kubeconfig", str(manager), "--namespace", NAMESPACE),
-                    *("--leader-elect", "--metrics-bind-address", f"127.0.0.1:{manager_metrics}"),
-                    *("--health-probe-bind-address", f"127.0.0.1:{free_port()}"),
+                    *(
+                        "--leader-elect",
+                        "--health-probe-bind-address",
+                        f"127.0.0.1:{manager_health}",
+                    ),
+                    *("--metrics-bind-address", f"127.0.0.1:{free_port()}"),
                 ]
                 await stack.enter_async_context(gpuctrl(manager_log, *manager_args))
-                # `gpuctrl manager` serves /readyz with /metrics today and does not yet bind
-                # --health-probe-bind-address (the Deployment probes the health port, as the
-                # flag promises): ask where it answers.
-                await ready(manager_metrics, manager_log)
+                await ready(manager_health, manager_log)
                 try:
                     await converged(admin, policy_name)
                 except AssertionError:
                     assert denials(plane.audit_log) == []  # a missing permission, named
                     raise
                 await workload_pod_opted_out(plane)
+                await pod_policy_ready(admin)
                 # Uninstall, the ClusterPolicy first: its operands go with it.
                 await admin.delete(POLICIES, policy_name)
                 await operands_gone(admin)
