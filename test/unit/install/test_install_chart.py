@@ -26,6 +26,7 @@ from install_manifests import (
     documents,
     helm_crds,
     helm_render,
+    kubectls,
     kustomize,
     without_helm_labels,
 )
@@ -85,6 +86,19 @@ def test_default_values_render_the_kustomize_install() -> None:
         assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
         template = obj.get("spec", {}).get("template", {})
         assert "app.kubernetes.io/managed-by" not in template.get("metadata", {}).get("labels", {})
+
+
+@pytest.mark.parametrize("kubectl", kubectls(), ids=str)
+def test_cert_manager_values_render_the_cert_manager_overlay(kubectl: Path) -> None:
+    overlay = kustomize(CONFIG / "certmanager", kubectl)
+    expected = by_key(
+        o for o in overlay if o["kind"] not in ("Namespace", "CustomResourceDefinition")
+    )
+    rendered = helm_render({"webhook": {"certManager": {"enabled": True}}})
+    got = by_key(without_helm_labels(o) for o in rendered if o["kind"] not in HELM_ONLY)
+    assert sorted(got) == sorted(expected)
+    for key, obj in expected.items():
+        assert got[key] == obj, key
 
 
 def test_crds_are_the_generated_ones() -> None:

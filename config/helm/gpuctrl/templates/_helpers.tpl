@@ -185,17 +185,17 @@ spec:
           capabilities:
             drop: ["ALL"]
         volumeMounts:
-        - name: tmp
-          mountPath: /tmp
         {{- with .volumeMounts }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+        - name: tmp
+          mountPath: /tmp
       volumes:
-      - name: tmp
-        emptyDir: {}
       {{- with .volumes }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
+      - name: tmp
+        emptyDir: {}
 ---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
