@@ -6,7 +6,9 @@ THEIR OWN ServiceAccounts, so any permission the install lacks shows as a 403 in
 apiserver's audit log, which fails the test. A ClusterPolicy and an Istio PodPolicy are
 created; the operands converge on simulated GPU nodes; a workload pod created by the
 validator's own account gets its mesh opt-out from the webhook. Uninstalling (the ClusterPolicy
-first, then the install) leaves no gpuctrl object, but the CRDs where Helm keeps them.
+first, then the install) deletes the operand pods gracefully (their 30 s grace period: the
+toolkit's cleanup runs on SIGTERM) and leaves no gpuctrl object, but the CRDs where Helm keeps
+them.
 
 kube-apiserver here is 1.20.2: PodDisruptionBudgets go in as ``policy/v1beta1`` (see
 `install_manifests.for_apiserver_1_20`). Run: ``.venv/bin/python -m pytest -q test/e2e``.
@@ -15,13 +17,14 @@ kube-apiserver here is 1.20.2: PodDisruptionBudgets go in as ``policy/v1beta1`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,9 @@ POLICIES = Resource("gpuctrl.io/v1alpha1", "ClusterPolicy", "clusterpolicies", F
 PODS = Resource("v1", "Pod", "pods")
 DAEMON_SETS = Resource("apps/v1", "DaemonSet", "daemonsets")
 ACCOUNTS = ("gpuctrl-manager", "gpuctrl-webhook")
+OPERAND_PODS = (
+    "app.kubernetes.io/managed-by=gpuctrl,app.kubernetes.io/component!=validator-workloads"
+)
 HELM_KEEPS = ("clusterpolicies.gpuctrl.io", "podpolicies.gpuctrl.io")  # crds/: never deleted
 
 
@@ -173,9 +179,23 @@ async def pod_policy_ready(admin: Client) -> None:
     await eventually(is_ready, within=60)
 
 
+async def record_deletion_grace(admin: Client, seen: dict[str, Any]) -> None:
+    """Until cancelled: each operand pod's deletionGracePeriodSeconds when it is deleted."""
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    query = {"labelSelector": OPERAND_PODS}
+    limits = aiohttp.ClientTimeout(total=None, sock_read=None)
+    async with aclosing(admin.watch(path, query, limits)) as events:
+        async for event in events:
+            meta = event["object"]["metadata"]
+            if meta.get("deletionTimestamp"):
+                seen.setdefault(meta["name"], meta.get("deletionGracePeriodSeconds"))
+
+
 async def operands_gone(admin: Client) -> None:
     async def gone() -> None:
         assert await admin.list(DAEMON_SETS, NAMESPACE) == []
+        pods = await admin.list(PODS, NAMESPACE, label_selector=OPERAND_PODS)
+        assert pods == [], [p["metadata"]["name"] for p in pods]
         roles = await admin.list(
             await admin.resource("rbac.authorization.k8s.io/v1", "ClusterRole"),
             label_selector="app.kubernetes.io/managed-by=gpuctrl",
@@ -248,8 +268,18 @@ async def test_install_run_under_own_accounts_and_uninstall(path: str, tmp_path:
                 await workload_pod_opted_out(plane)
                 await pod_policy_ready(admin)
                 # Uninstall, the ClusterPolicy first: its operands go with it.
+                seen: dict[str, Any] = {}
+                recorder = asyncio.create_task(record_deletion_grace(admin, seen))
+                await asyncio.sleep(1)  # the watch is open
                 await admin.delete(POLICIES, policy_name)
                 await operands_gone(admin)
+                recorder.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await recorder  # raises what the watch failed with
+                # Operand pods were deleted gracefully (the pods' 30 s grace, never forced),
+                # so the toolkit agent gets SIGTERM and runs its cleanup.
+                assert any(name.startswith("gpuctrl-toolkit") for name in seen), seen
+                assert set(seen.values()) == {30}, seen
             # manager and webhook stopped (SIGTERM, exit 0); now the install itself.
             assert denials(plane.audit_log) == []
             kept = [o for o in objects if o["kind"] != "CustomResourceDefinition"]
