@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Literal
 
 from api.v1alpha1 import ClusterPolicy
+from controllers.render._aptsources import signed_by_conflicts
 from controllers.render._errors import MissingConfigMap
 from controllers.render._facts import ClusterFacts, ConfigMapFacts
 from controllers.render._osfamily import (
@@ -32,10 +33,12 @@ from controllers.render._osfamily import (
 )
 from controllers.render._pem import certificate_findings
 from controllers.render._readers import inside, parse, used_folders
-from controllers.render._repofile import Entry, Finding, LocalPath
+from controllers.render._repofile import Entry, Finding, LocalPath, Severity
 
-__all__ = ["RepoProblem", "check_repo_config"]
+__all__ = ["MAX_PER_KEY", "RepoProblem", "check_repo_config"]
 
+# The most problems reported for one ConfigMap key.
+MAX_PER_KEY = 20
 _REPO = "spec.driver.repoConfig.configMapName"
 _CERTS = "spec.driver.certConfig.name"
 _LOCAL = "spec.driver.repoConfig.nodeLocalPaths"
@@ -81,7 +84,7 @@ def check_repo_config(
         problems += _repo_problems(repo, families, covered, local_paths)
     certs = _config_map(facts, _CERTS, driver.cert_config.name, problems)
     if certs is not None:
-        problems += _cert_problems(certs, now)
+        problems += _cert_problems(certs, now, covered and APT in families)
     unique = list(dict.fromkeys(problems))
     return [p for p in unique if p.severity == "error"] + [
         p for p in unique if p.severity == "warning"
@@ -129,17 +132,11 @@ def _repo_problems(
     repo: ConfigMapFacts, families: Sequence[OsFamily], covered: bool, local_paths: list[str]
 ) -> list[RepoProblem]:
     problems: list[RepoProblem] = []
+    findings = _findings(repo, families, local_paths)
     for key in sorted(repo.data):
-        readers = [family for family in families if family.reads(key)]
-        if not readers and covered:
+        if covered and not any(family.reads(key) for family in families):
             problems.append(RepoProblem("warning", _unread(repo, key)))
-        for family in readers:
-            parsed = parse(family, key, repo.data[key])
-            findings = list(parsed.findings)
-            for entry in parsed.entries:
-                findings += _unresolved(entry, family, local_paths)
-            where = f"ConfigMap {repo.name!r} key {key!r}"
-            problems += [_problem(where, f) for f in sorted(findings, key=lambda f: f.line)]
+        problems += _reported(f"ConfigMap {repo.name!r} key {key!r}", findings[key])
     if covered:
         for family in families:
             if not any(family.reads(key) for key in repo.data):
@@ -152,6 +149,37 @@ def _repo_problems(
                 "mounted nowhere"
             )
             problems.append(RepoProblem("warning", f"{_LOCAL}[{index}]: {message}"))
+    return problems
+
+
+def _findings(
+    repo: ConfigMapFacts, families: Sequence[OsFamily], local_paths: Sequence[str]
+) -> dict[str, list[Finding]]:
+    """What is wrong in each key, for every family that reads it."""
+    findings: dict[str, list[Finding]] = {key: [] for key in repo.data}
+    for family in families:
+        parsed = {k: parse(family, k, t) for k, t in sorted(repo.data.items()) if family.reads(k)}
+        for key, file in parsed.items():
+            findings[key] += file.findings
+            for entry in file.entries:
+                findings[key] += _unresolved(entry, family, local_paths)
+        if family is APT:
+            for key, finding in signed_by_conflicts(list(parsed.items())):
+                findings[key].append(finding)
+    return findings
+
+
+def _reported(where: str, findings: list[Finding]) -> list[RepoProblem]:
+    """The findings of one key by line, at most `MAX_PER_KEY` (then one line saying how many
+    more), so a hostile file cannot flood the controller's Events."""
+    ordered = sorted(findings, key=lambda f: (f.severity != "error", f.line))
+    shown = sorted(ordered[:MAX_PER_KEY], key=lambda f: f.line)
+    problems = [_problem(where, f) for f in shown]
+    rest = ordered[MAX_PER_KEY:]
+    if rest:
+        severity: Severity = "error" if any(f.severity == "error" for f in rest) else "warning"
+        message = f"{where}: {len(rest)} more problem(s) from line {rest[0].line} on, not shown"
+        problems.append(RepoProblem(severity, message))
     return problems
 
 
@@ -196,9 +224,15 @@ def _missing(path: LocalPath) -> str:
     )
 
 
-def _cert_problems(certs: ConfigMapFacts, now: datetime) -> list[RepoProblem]:
+def _cert_problems(certs: ConfigMapFacts, now: datetime, apt: bool) -> list[RepoProblem]:
     problems: list[RepoProblem] = []
     for key in sorted(certs.data):
         where = f"ConfigMap {certs.name!r} key {key!r}"
-        problems += [_problem(where, f) for f in certificate_findings(certs.data[key], now)]
+        if apt and not key.endswith(".crt"):
+            message = (
+                f"{where}: update-ca-certificates on ubuntu and debian takes only *.crt files "
+                f"from {APT.ca_folder}, so it ignores this one"
+            )
+            problems.append(RepoProblem("warning", message))
+        problems += _reported(where, certificate_findings(certs.data[key], now))
     return problems
