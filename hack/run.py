@@ -2,10 +2,11 @@
 
 Without KUBECONFIG it starts a local control plane (etcd, kube-apiserver, controller-manager,
 scheduler) with simulated GPU nodes of two OS versions and creates the minimal sample
-ClusterPolicy. In both cases it installs the CRDs, renders every ClusterPolicy's objects and
-applies them with server-side apply, then stays in the foreground until Ctrl-C, when it stops
-everything it started. The controllers that will keep those objects reconciled are not written
-yet; until then this applies the render once at start.
+ClusterPolicy and the Istio PodPolicy sample. In both cases it installs the CRDs, starts
+``gpuctrl webhook`` (managed certificates, configuration on its loopback URL), renders every
+ClusterPolicy's objects and applies them with server-side apply, then stays in the foreground
+until Ctrl-C, when it stops everything it started. The controllers that will keep those
+objects reconciled are not written yet; until then this applies the render once at start.
 """
 
 from __future__ import annotations
@@ -85,6 +86,28 @@ async def _apply_policies(client: Client) -> int:
     return count
 
 
+WEBHOOK_PORT = int(os.environ.get("GPUCTRL_WEBHOOK_PORT", "9443"))
+
+
+async def _start_webhook(stack: AsyncExitStack, kubeconfig: Path) -> None:
+    """``gpuctrl webhook`` beside the manager: certificates of its own, and the webhook
+    configuration pointing at its loopback URL (no Service network here)."""
+    gpuctrl = str(Path(sys.executable).with_name("gpuctrl"))
+    process = await asyncio.create_subprocess_exec(
+        gpuctrl, "webhook", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
+        "--bind-address", f"127.0.0.1:{WEBHOOK_PORT}", "--manage-certificates",
+        "--webhook-url", f"https://127.0.0.1:{WEBHOOK_PORT}/mutate-v1-pod",
+        "--metrics-bind-address", "127.0.0.1:8090", "--health-probe-bind-address", "127.0.0.1:8091",
+    )  # fmt: skip
+
+    async def stop_webhook() -> None:
+        if process.returncode is None:
+            process.terminate()
+        await process.wait()
+
+    stack.push_async_callback(stop_webhook)
+
+
 async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
     async with AsyncExitStack() as stack:
         local = kubeconfig is None
@@ -103,14 +126,19 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
         client = Client(api)
         await _install_crds(client)
         if local:
-            for sample in _load(ROOT / "config" / "samples" / "clusterpolicy-minimal.yaml"):
-                await _apply(client, sample)
+            for name in ("clusterpolicy-minimal.yaml", "podpolicy-istio.yaml"):
+                for sample in _load(ROOT / "config" / "samples" / name):
+                    await _apply(client, sample)
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        await _apply(client, namespace)
+        await _start_webhook(stack, kubeconfig)
         applied = await _apply_policies(client)
         print(f"applied {applied} objects rendered from the ClusterPolicies", flush=True)
         kubectl = f"kubectl --kubeconfig {kubeconfig}"
         print(f"kubeconfig: {kubeconfig}", flush=True)
         print(f"look:  {kubectl} get nodes,clusterpolicies", flush=True)
         print(f"       {kubectl} -n {NAMESPACE} get ds,pods -o wide", flush=True)
+        print(f"       {kubectl} get podpolicies,mutatingwebhookconfigurations", flush=True)
         print("running; Ctrl-C stops everything", flush=True)
         await stop.wait()
         print("stopping ...", flush=True)
