@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+HELM_STAMP := $(VENV)/.installed-helm
 export GPUCTRL_ENVTEST_ASSETS ?= $(HOME)/.cache/gpuctrl/envtest/1.20.2
 # Debian packages the tests talk to for real (containerd's parser and daemon; bubblewrap
 # sandboxes the simulated kubelet's process-backed containers).
@@ -18,11 +19,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# The Helm engine for the chart tests (helm-python-sdk, large): installed by `make test` only.
+$(HELM_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,helm]'
+	touch $(HELM_STAMP)
+
 envtest:
 	bash hack/envtest-assets.sh
 
 test-deps: envtest
 	bash hack/install-debian-packages.sh $(TEST_DEBIAN_PACKAGES)
+	bash hack/kubectl.sh >/dev/null
 	bash hack/containerd-versions.sh  # containerd 1.6, 1.7 and 2.1 unpacked for the toolkit's tests
 
 lint: $(STAMP)
@@ -31,7 +38,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy gpuctrl api controllers webhooks
 
-test: $(STAMP) test-deps lint
+test: $(STAMP) $(HELM_STAMP) test-deps lint
 	$(BIN)/python -m pytest -q test/unit test/integration test/e2e
 
 unit: $(STAMP)
@@ -48,6 +55,7 @@ bench: $(STAMP) test-deps
 
 manifests: $(STAMP)
 	$(BIN)/python -m api.crdgen config/crd
+	$(BIN)/python -m api.chartgen config
 
 # With KUBECONFIG set, run against that cluster: no local control plane to build.
 run: $(STAMP)

@@ -65,6 +65,7 @@ KINDS = (
         status=ClusterPolicyStatus,
         columns=(
             {"name": "State", "type": "string", "jsonPath": ".status.state"},
+            {"name": "Ready", "type": "string", "jsonPath": ".status.readyNodes"},
             {"name": "Namespace", "type": "string", "jsonPath": ".status.namespace"},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ),

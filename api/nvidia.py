@@ -2,6 +2,13 @@
 
 `from_nvidia` is pure: it returns the converted object and the path of every field it could
 not carry over, each with the reason, so ``gpuctrl migrate`` can print them.
+
+NVIDIA writes ``""`` (and ``{}``, ``[]`` or nothing at all) for "none" in many fields
+(``repoConfig.configMapName``, ``certConfig.name``, ``licensingConfig.secretName``, ...), and
+its chart and controller test them with ``if``: `unset_empty` drops them the same way before
+anything is converted, so they are neither carried over nor reported as lost. A section of an
+operand or feature gpuctrl lacks that NVIDIA's file turns off (``false``, ``enabled: false``)
+loses nothing either.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Migration", "from_nvidia"]
+__all__ = ["Migration", "from_nvidia", "unset_empty"]
 
 # NVIDIA's fields whose meaning gpuctrl shares, per section (wire names).
 _IMAGE = ("repository", "image", "version")
@@ -60,12 +67,14 @@ def from_nvidia(nvidia: Mapping[str, Any]) -> Migration:
     dropped: list[str] = []
     metadata = nvidia.get("metadata") or {}
     spec: dict[str, Any] = {}
-    for section, value in (nvidia.get("spec") or {}).items():
+    given = nvidia.get("spec")
+    for section, value in unset_empty(given if isinstance(given, Mapping) else {}).items():
         path = f"spec.{section}"
         if section not in _CARRIED:
-            dropped.append(f"{path}: gpuctrl has no {section} operand")
+            if _is_set(value):
+                dropped.append(f"{path}: gpuctrl has no {section} operand")
             continue
-        carried = _section(section, value or {}, path, dropped)
+        carried = _section(section, value, path, dropped)
         if carried:
             spec[section] = carried
     policy = {
@@ -75,6 +84,23 @@ def from_nvidia(nvidia: Mapping[str, Any]) -> Migration:
         "spec": spec,
     }
     return Migration(policy, dropped)
+
+
+def unset_empty(value: Mapping[str, Any]) -> dict[str, Any]:
+    """``value`` without the keys NVIDIA reads as unset: ``""``, null, and (after this, inside)
+    empty mappings and lists. Lists are kept whole: ``value: ""`` in an env entry is a value."""
+    out: dict[str, Any] = {}
+    for key, field in value.items():
+        if isinstance(field, Mapping):
+            field = unset_empty(field)
+        if field not in ("", None, {}, []):
+            out[key] = field
+    return out
+
+
+def _is_set(value: Any) -> bool:
+    # NVIDIA's `if` reads false as off: a disabled feature gpuctrl lacks loses nothing.
+    return value is not False and not (isinstance(value, Mapping) and value.get("enabled") is False)
 
 
 def _section(
@@ -89,17 +115,29 @@ def _section(
         elif section == "validator" and key in _IMAGE:
             dropped.append(f"{where}: gpuctrl runs its own validator agent image")
         elif key not in _CARRIED[section]:
-            dropped.append(f"{where}: not supported by gpuctrl")
+            if _is_set(field):
+                dropped.append(f"{where}: not supported by gpuctrl")
         elif section == "toolkit" and key == "env":
             _toolkit_env(field or [], out, where, dropped)
         elif section == "validator" and key in ("driver", "toolkit", "cuda", "plugin"):
             out[key] = _only(field or {}, _VALIDATOR_CHECK_FIELDS, where, dropped)
+        elif section == "daemonsets" and key == "rollingUpdate":
+            out[key] = _rolling_update(_only(field, ("maxUnavailable",), where, dropped))
         elif section == "driver" and key in ("repoConfig", "certConfig"):
             kept = _REPO_FIELDS if key == "repoConfig" else _CERT_FIELDS
             out[key] = _only(field or {}, kept, where, dropped)
         else:
             out[key] = field
     return out
+
+
+def _rolling_update(value: dict[str, Any]) -> dict[str, Any]:
+    # NVIDIA's chart quotes the number (maxUnavailable: "1"); gpuctrl's CRD takes a number or
+    # a percentage.
+    number = value.get("maxUnavailable")
+    if isinstance(number, str) and number.isdigit():
+        return {**value, "maxUnavailable": int(number)}
+    return value
 
 
 def _only(

@@ -35,6 +35,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         "render", "render the objects a ClusterPolicy asks for, offline", "controllers.render.cli"
     ),
+    Subcommand("manager", "run the operator's controllers", "controllers.cli"),
     Subcommand(
         "webhook", "the admission webhook applying PodPolicies to gpuctrl's pods", "webhooks.cli"
     ),

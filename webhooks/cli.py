@@ -125,8 +125,8 @@ async def _serve(args: argparse.Namespace) -> None:
     try:
         manager = await Manager.create(
             args.kubeconfig,
-            metrics_bind_address=":".join(map(str, args.metrics_bind_address)),
-            health_probe_bind_address=":".join(map(str, args.health_probe_bind_address)),
+            metrics_bind_address=_joined(args.metrics_bind_address),
+            health_probe_bind_address=_joined(args.health_probe_bind_address),
         )
     except Exception as error:  # kubeconfig missing or unreadable: the user's to fix
         raise InvalidInput(f"cannot load the kubeconfig: {error}") from None
@@ -161,6 +161,11 @@ async def _check_reachable(manager: Manager) -> None:
         await manager.client.api_client.close()
         host = manager.client.api_client.configuration.host
         raise InvalidInput(f"the apiserver at {host} is unreachable: {error!r}") from None
+
+
+def _joined(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _address(text: str) -> tuple[str, int]:
