@@ -40,6 +40,11 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "webhook", "the admission webhook applying PodPolicies to gpuctrl's pods", "webhooks.cli"
     ),
     Subcommand(
+        "check-repo",
+        "check a driver package repository ConfigMap offline",
+        "controllers.checkrepo",
+    ),
+    Subcommand(
         "migrate",
         "convert an nvidia.com/v1 ClusterPolicy to gpuctrl.io/v1alpha1",
         "controllers.migrate",

@@ -15,16 +15,26 @@ class RepoConfig(ApiModel):
 
     config_map_name: str | None = Field(
         default=None,
-        description="ConfigMap in the operator namespace; each key is mounted read-only as a "
-        "file in the OS's repository folder (e.g. /etc/apt/sources.list.d/<key>).",
+        description="ConfigMap in the operator namespace; each key the OS's package manager "
+        "reads (*.list and *.sources for apt, *.repo for dnf/yum and zypper) is mounted "
+        "read-only as a file in that OS's repository folder (e.g. "
+        "/etc/apt/sources.list.d/<key>), so one ConfigMap serves a mixed cluster.",
     )
-    # Checked by api.v1alpha1.validate: absolute, normalised, unique, outside system folders,
-    # and only together with config_map_name (the source entry that points at them).
+    # Checked by api.v1alpha1.validate: absolute, normalised, unique, not a system folder nor
+    # under or above one, and only together with config_map_name (the entry that uses them).
     node_local_paths: list[str] = Field(
         default_factory=list,
         description="Host folders holding a package repository (e.g. a file:///opt/local-"
-        "packages apt repo on the node image), mounted read-only at the same path in the "
-        "driver container. Requires configMapName.",
+        "packages apt repository on the node image), mounted read-only (hostPath type "
+        "Directory, which must exist on the node) at the same path in each driver container "
+        "whose repository files from configMapName refer into it (a file:// URI, a key "
+        "file), and nowhere else. Absolute and "
+        "normalised; never /, a system folder (/etc, /proc, /sys, /dev, /boot, /run, "
+        "/var/run, /var/lib/kubelet, /var/lib/containerd, /var/lib/docker, /var/lib/etcd, "
+        "/root, /home), a folder under or above one, or a folder of the image such as /usr. "
+        "A symlink in the path is resolved on the node (the kubelet follows it), so list "
+        "the folder the repository files name and make sure its target is not a system "
+        "folder either. Requires configMapName.",
     )
 
 

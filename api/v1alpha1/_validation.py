@@ -40,17 +40,40 @@ __all__ = [
     "validate_workloads",
 ]
 
-# Host folders a node-local repository must never be (or be under): the system's own state.
+# Host folders a node-local repository must never be, be under, or hold: the system's own
+# state (credentials, kubelet secrets, container layers, devices, home folders).
 FORBIDDEN_HOST_ROOTS = (
     "/etc",
     "/proc",
     "/sys",
     "/dev",
+    "/boot",
     "/run",
     "/var/run",
     "/var/lib/kubelet",
-    "/boot",
+    "/var/lib/containerd",
+    "/var/lib/docker",
+    "/var/lib/etcd",
     "/root",
+    "/home",
+)
+# Folders of the driver image that a host folder mounted at the same path would hide (the
+# image's programs, libraries and kernel sources); folders below them are fine.
+SHADOWED_IMAGE_FOLDERS = (
+    "/bin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/sbin",
+    "/usr",
+    "/usr/bin",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/local",
+    "/usr/sbin",
+    "/usr/share",
+    "/usr/src",
 )
 
 
@@ -197,9 +220,15 @@ def _host_path_problems(path: str, seen: set[str]) -> Iterator[str]:
         return
     if path == "/":
         yield "'/' would expose the whole host"
+        return
     for root in FORBIDDEN_HOST_ROOTS:
         if path == root or path.startswith(root + "/"):
             yield f"{path!r} is under {root}, a system folder"
+    held = [root for root in FORBIDDEN_HOST_ROOTS if root.startswith(path + "/")]
+    if held:
+        yield f"{path!r} holds system folders ({', '.join(held)})"
+    if path in SHADOWED_IMAGE_FOLDERS:
+        yield f"{path!r} would hide the driver image's own {path}"
     if path in seen:
         yield f"{path!r} is listed twice"
 

@@ -6,27 +6,34 @@ its output can be compared byte for byte. Every object carries the labels
 ``app.kubernetes.io/managed-by: gpuctrl`` and ``app.kubernetes.io/component`` (driver,
 toolkit, validator, device-plugin). GPU nodes it cannot give a driver (no NFD OS labels) are
 not an error: `nodes_without_driver` names them for the caller to report.
+`check_repo_config(policy, facts, now=...)` reports, beforehand, what the driver's package
+manager would trip over in the repository and CA ConfigMaps.
 """
 
 from controllers.render._driver import nodes_without_driver
 from controllers.render._errors import MissingConfigMap, RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts, NodeFacts, OsRelease
+from controllers.render._osfamily import OS_IDS
 from controllers.render._render import (
     COMPONENTS,
     builtin_workload_templates,
     render,
     render_component,
 )
+from controllers.render._repo import RepoProblem, check_repo_config
 
 __all__ = [
     "COMPONENTS",
+    "OS_IDS",
     "ClusterFacts",
     "ConfigMapFacts",
     "MissingConfigMap",
     "NodeFacts",
     "OsRelease",
     "RenderError",
+    "RepoProblem",
     "builtin_workload_templates",
+    "check_repo_config",
     "nodes_without_driver",
     "render",
     "render_component",

@@ -1,10 +1,14 @@
 """The driver: one DaemonSet per OS among the GPU nodes, with its repository mounts.
 
-Each key of the repoConfig (certConfig) ConfigMap is mounted read-only with subPath at
-``<folder>/<key>`` where the folder is the OS's repository (CA) folder, so files of the image
-with other names survive; each nodeLocalPaths entry is a hostPath of type Directory mounted
-read-only at the same path, so ``file://`` URIs in the repository files resolve. A hash of the
-ConfigMaps' content on the pod template rolls the pods when it changes.
+Each key of the repoConfig ConfigMap that the OS's package manager reads (``*.list`` and
+``*.sources`` for apt, ``*.repo`` for yum and zypper) is mounted read-only with subPath at
+``<folder>/<key>`` where the folder is the OS's repository folder, so files of the image with
+other names survive; every certConfig key likewise into the OS's CA folder. Each nodeLocalPaths
+entry that an enabled entry of those files refers into (a ``file://`` URI, a key file) is a
+hostPath of type Directory mounted read-only at the same path, so the paths resolve; a driver
+mounts no host folder its files do not use, which its nodes may lack (in a mixed cluster, the
+rpm repository folder on the ubuntu nodes). A hash of the ConfigMap keys mounted on the pod
+template rolls the pods when they change.
 """
 
 from __future__ import annotations
@@ -26,34 +30,17 @@ from controllers.render._facts import (
     OsRelease,
 )
 from controllers.render._meta import daemonset_context
+from controllers.render._osfamily import OsFamily, family_of, unknown_os_message
+from controllers.render._readers import used_folders
 
 __all__ = [
-    "CA_FOLDERS",
     "CONFIG_HASH",
-    "REPOSITORY_FOLDERS",
     "nodes_without_driver",
     "render_driver",
 ]
 
 COMPONENT = "driver"
 CONFIG_HASH = "gpuctrl.io/config-hash"
-_APT, _YUM, _ZYPP = "/etc/apt/sources.list.d", "/etc/yum.repos.d", "/etc/zypp/repos.d"
-_DEBIAN_CA, _RHEL_CA, _SUSE_CA = (
-    "/usr/local/share/ca-certificates",
-    "/etc/pki/ca-trust/extracted/pem",
-    "/etc/pki/trust/anchors",
-)
-# Where each OS's package manager reads repository files and CA certificates.
-REPOSITORY_FOLDERS = {
-    **dict.fromkeys(("ubuntu", "debian"), _APT),
-    **dict.fromkeys(("rhel", "centos", "rocky", "ol", "rhcos"), _YUM),
-    **dict.fromkeys(("sles", "sl-micro"), _ZYPP),
-}
-CA_FOLDERS = {
-    **dict.fromkeys(("ubuntu", "debian"), _DEBIAN_CA),
-    **dict.fromkeys(("rhel", "centos", "rocky", "ol", "rhcos"), _RHEL_CA),
-    **dict.fromkeys(("sles", "sl-micro"), _SUSE_CA),
-}
 _PERMISSIONS = Permissions(
     cluster_rules=({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},)
 )
@@ -111,17 +98,23 @@ def _daemonset(
     driver = policy.spec.driver
     mounts: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
+    mounted: list[ConfigMapFacts] = []
+    used: list[str] = []
     if repo is not None:
-        folder = _folder(REPOSITORY_FOLDERS, os, "spec.driver.repoConfig.configMapName")
-        _add_config_map(mounts, volumes, "repo-config", repo, folder)
+        family = _family(os, "spec.driver.repoConfig.configMapName")
+        repo = _keys_read_by(family, repo)
+        _add_config_map(mounts, volumes, "repo-config", repo, family.repository_folder)
+        mounted.append(repo)
+        used = used_folders(family, repo, driver.repo_config.node_local_paths)
     if certs is not None:
-        folder = _folder(CA_FOLDERS, os, "spec.driver.certConfig.name")
-        _add_config_map(mounts, volumes, "cert-config", certs, folder)
-    for index, path in enumerate(sorted(set(driver.repo_config.node_local_paths))):
+        family = _family(os, "spec.driver.certConfig.name")
+        _add_config_map(mounts, volumes, "cert-config", certs, family.ca_folder)
+        mounted.append(certs)
+    for index, path in enumerate(used):
         name = f"local-repository-{index}"
         mounts.append({"name": name, "mountPath": path, "readOnly": True})
         volumes.append({"name": name, "hostPath": {"path": path, "type": "Directory"}})
-    hashed = [c for c in (repo, certs) if c is not None]
+    hashed = [c for c in mounted if c.data]
     ds = daemonset_context(
         policy,
         facts,
@@ -136,12 +129,17 @@ def _daemonset(
     return render_template("driver.yaml.j2", ds=ds, mounts=mounts, volumes=volumes)
 
 
-def _folder(folders: dict[str, str], os: OsRelease, path: str) -> str:
-    folder = folders.get(os.id)
-    if folder is None:
-        known = ", ".join(sorted(folders))
-        raise RenderError(f"{path}: GPU nodes run OS {os.id!r}, whose folder is unknown ({known})")
-    return folder
+def _family(os: OsRelease, path: str) -> OsFamily:
+    family = family_of(os.id)
+    if family is None:
+        raise RenderError(unknown_os_message(path, os))
+    return family
+
+
+def _keys_read_by(family: OsFamily, config_map: ConfigMapFacts) -> ConfigMapFacts:
+    """The part of ``config_map`` that ``family``'s package manager reads."""
+    data = {key: text for key, text in config_map.data.items() if family.reads(key)}
+    return ConfigMapFacts(name=config_map.name, data=data)
 
 
 def _add_config_map(
@@ -151,6 +149,8 @@ def _add_config_map(
     config_map: ConfigMapFacts,
     folder: str,
 ) -> None:
+    if not config_map.data:
+        return
     volumes.append({"name": volume, "configMap": {"name": config_map.name}})
     for key in sorted(config_map.data):
         mount = {"name": volume, "mountPath": f"{folder}/{key}", "subPath": key, "readOnly": True}

@@ -2,8 +2,10 @@
 
 Input files are YAML streams holding one ClusterPolicy and optionally the Nodes and the
 ConfigMaps (of ``--namespace``) it should see. Invalid input exits 2 after printing every
-problem with its path, and writes nothing. GPU nodes left without a driver DaemonSet (NFD
-has not labelled their OS) are named in a warning on stderr; the render still succeeds.
+problem with its path, and writes nothing; so does a driver repository configuration with
+errors (`check_repo_config`, the checks of ``gpuctrl check-repo``), whose warnings go to
+stderr. GPU nodes left without a driver DaemonSet (NFD has not labelled their OS) are named in
+a warning on stderr; the render still succeeds.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from api.v1alpha1 import InvalidPolicy
-from controllers.render import RenderError, nodes_without_driver, render
+from controllers.render import RenderError, check_repo_config, nodes_without_driver, render
 from controllers.render._inputs import read_inputs, to_yaml
 
 __all__ = ["configure", "run"]
@@ -43,6 +46,11 @@ def run(args: argparse.Namespace) -> int:
     """Render; 0 on success, 2 on invalid input (every problem on stderr, nothing written)."""
     try:
         given = read_inputs(args.files, args.namespace)
+        repo_problems = check_repo_config(given.policy, given.facts, now=datetime.now(UTC))
+        for repo_problem in repo_problems:
+            print(repo_problem, file=sys.stderr)
+        if any(p.severity == "error" for p in repo_problems):
+            return 2
         objects = render(given.policy, given.facts)
     except InvalidPolicy as error:
         for problem in error.problems:

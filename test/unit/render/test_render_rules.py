@@ -126,37 +126,114 @@ def test_driver_digest_gets_no_os_suffix() -> None:
 
 
 @pytest.mark.parametrize(
-    ("os_id", "folder"),
+    ("os_id", "folder", "suffix"),
     [
-        ("ubuntu", "/etc/apt/sources.list.d"),
-        ("debian", "/etc/apt/sources.list.d"),
-        ("rhel", "/etc/yum.repos.d"),
-        ("rocky", "/etc/yum.repos.d"),
-        ("rhcos", "/etc/yum.repos.d"),
-        ("sles", "/etc/zypp/repos.d"),
-        ("sl-micro", "/etc/zypp/repos.d"),
+        ("ubuntu", "/etc/apt/sources.list.d", ".list"),
+        ("debian", "/etc/apt/sources.list.d", ".sources"),
+        ("rhel", "/etc/yum.repos.d", ".repo"),
+        ("rocky", "/etc/yum.repos.d", ".repo"),
+        ("rhcos", "/etc/yum.repos.d", ".repo"),
+        ("sles", "/etc/zypp/repos.d", ".repo"),
+        ("sl-micro", "/etc/zypp/repos.d", ".repo"),
     ],
 )
-def test_repo_config_keys_mounted_with_subpath_in_the_os_folder(os_id: str, folder: str) -> None:
-    facts = _facts(_node("n", os_id, "1"), repo={"b.list": "x", "a.list": "y"})
+def test_repo_config_keys_mounted_with_subpath_in_the_os_folder(
+    os_id: str, folder: str, suffix: str
+) -> None:
+    facts = _facts(_node("n", os_id, "1"), repo={f"b{suffix}": "x", f"a{suffix}": "y"})
     objects = render(_policy(driver={"repoConfig": {"configMapName": "repo"}}), facts)
     pod = _pod(objects, f"gpuctrl-driver-{os_id}1")
     mounts = [m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "repo-config"]
     assert mounts == [
         {
-            "mountPath": f"{folder}/a.list",
+            "mountPath": f"{folder}/a{suffix}",
             "name": "repo-config",
             "readOnly": True,
-            "subPath": "a.list",
+            "subPath": f"a{suffix}",
         },
         {
-            "mountPath": f"{folder}/b.list",
+            "mountPath": f"{folder}/b{suffix}",
             "name": "repo-config",
             "readOnly": True,
-            "subPath": "b.list",
+            "subPath": f"b{suffix}",
         },
     ]
     assert {"configMap": {"name": "repo"}, "name": "repo-config"} in pod["spec"]["volumes"]
+
+
+MIXED = {"apt.list": "a", "apt.sources": "b", "dnf.repo": "c", "notes.txt": "d", "list": "e"}
+
+
+@pytest.mark.parametrize(
+    ("os_id", "keys"),
+    [
+        pytest.param("ubuntu", ["apt.list", "apt.sources"], id="apt"),
+        pytest.param("rhel", ["dnf.repo"], id="yum"),
+        pytest.param("sles", ["dnf.repo"], id="zypper"),
+    ],
+)
+def test_each_os_mounts_only_the_keys_its_package_manager_reads(
+    os_id: str, keys: list[str]
+) -> None:
+    policy = _policy(driver={"repoConfig": {"configMapName": "repo"}})
+    pod = _pod(
+        render(policy, _facts(_node("n", os_id, "1"), repo=MIXED)), f"gpuctrl-driver-{os_id}1"
+    )
+    mounts = pod["spec"]["containers"][0]["volumeMounts"]
+    assert [m["subPath"] for m in mounts if m["name"] == "repo-config"] == keys
+
+
+def test_a_driver_whose_os_reads_no_key_mounts_no_repository_and_no_host_folder() -> None:
+    policy = _policy(
+        driver={"repoConfig": {"configMapName": "repo", "nodeLocalPaths": ["/opt/local"]}}
+    )
+    repo = {"a.list": "deb file:///opt/local ./"}
+    facts = _facts(_node("u", "ubuntu", "22.04"), _node("r", "rhel", "9.4"), repo=repo)
+    objects = render(policy, facts)
+    rhel = _pod(objects, "gpuctrl-driver-rhel9.4")
+    assert "/opt/local" not in json.dumps(rhel)
+    assert "repo-config" not in json.dumps(rhel)
+    assert "annotations" not in rhel["metadata"]
+    ubuntu = _pod(objects, "gpuctrl-driver-ubuntu22.04")
+    assert {"name": "local-repository-0", "mountPath": "/opt/local", "readOnly": True} in ubuntu[
+        "spec"
+    ]["containers"][0]["volumeMounts"]
+
+
+def test_each_driver_mounts_only_the_host_folders_its_enabled_entries_use() -> None:
+    paths = ["/opt/apt", "/opt/rpm", "/opt/unused", "/opt/disabled"]
+    policy = _policy(driver={"repoConfig": {"configMapName": "repo", "nodeLocalPaths": paths}})
+    repo = {
+        "a.list": "deb file:///opt/apt/pool ./\n",
+        "b.sources": "Enabled: no\nTypes: deb\nURIs: file:///opt/disabled\nSuites: ./\n",
+        "c.repo": "[r]\nbaseurl=https://mirror/rpm\ngpgkey=file:///opt/rpm/KEY\n",
+    }
+    facts = _facts(_node("u", "ubuntu", "22.04"), _node("r", "rhel", "9.4"), repo=repo)
+    objects = render(policy, facts)
+
+    def host_folders(name: str) -> list[str]:
+        volumes = _pod(objects, name)["spec"]["volumes"]
+        return [v["hostPath"]["path"] for v in volumes if v["name"].startswith("local-")]
+
+    assert host_folders("gpuctrl-driver-ubuntu22.04") == ["/opt/apt"]
+    assert host_folders("gpuctrl-driver-rhel9.4") == ["/opt/rpm"]
+
+
+def test_config_hash_covers_only_the_keys_the_os_reads() -> None:
+    policy = _policy(driver={"repoConfig": {"configMapName": "repo"}})
+
+    def hashes(repo: dict[str, str]) -> dict[str, str]:
+        facts = _facts(_node("u", "ubuntu", "22.04"), _node("r", "rhel", "9.4"), repo=repo)
+        objects = render(policy, facts)
+        return {
+            name: _pod(objects, name)["metadata"]["annotations"]["gpuctrl.io/config-hash"]
+            for name in ("gpuctrl-driver-ubuntu22.04", "gpuctrl-driver-rhel9.4")
+        }
+
+    before = hashes({"a.list": "1", "b.repo": "1"})
+    after = hashes({"a.list": "2", "b.repo": "1"})
+    assert before["gpuctrl-driver-ubuntu22.04"] != after["gpuctrl-driver-ubuntu22.04"]
+    assert before["gpuctrl-driver-rhel9.4"] == after["gpuctrl-driver-rhel9.4"]
 
 
 @pytest.mark.parametrize(
@@ -183,7 +260,8 @@ def test_node_local_paths_are_read_only_host_directories_in_the_driver_only() ->
     policy = _policy(
         driver={"repoConfig": {"configMapName": "repo", "nodeLocalPaths": ["/srv/b", "/opt/a"]}}
     )
-    objects = render(policy, _facts(repo={"local.list": "deb file:///opt/a ./"}))
+    repo = {"local.list": "deb [signed-by=/srv/b/key.gpg] file:///opt/a ./"}
+    objects = render(policy, _facts(repo=repo))
     pod = _pod(objects, "gpuctrl-driver-ubuntu22.04")
     mounts = pod["spec"]["containers"][0]["volumeMounts"]
     assert {"name": "local-repository-0", "mountPath": "/opt/a", "readOnly": True} in mounts
@@ -215,7 +293,7 @@ def test_missing_repo_config_map_is_an_error_naming_the_field() -> None:
 
 
 def test_repo_config_on_an_unknown_os_is_an_error() -> None:
-    facts = _facts(_node("n", "arch", "rolling"), repo={"a": "b"})
+    facts = _facts(_node("n", "arch", "rolling"), repo={"a.list": "b"})
     with pytest.raises(RenderError, match="OS 'arch'"):
         render(_policy(driver={"repoConfig": {"configMapName": "repo"}}), facts)
 

@@ -1,0 +1,64 @@
+"""CA certificate files (certConfig keys): PEM certificates only, and not about to expire."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+from cryptography import x509
+
+from controllers.render._repofile import Finding
+
+__all__ = ["EXPIRY_WARNING", "certificate_findings"]
+
+# A certificate that expires sooner than this is reported while there is time to replace it.
+EXPIRY_WARNING = timedelta(days=30)
+_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----")
+
+
+def certificate_findings(text: str, now: datetime) -> list[Finding]:
+    """What is wrong with a file of PEM certificates at time ``now`` (timezone-aware).
+
+    Every PEM block must be a parseable CERTIFICATE (an error otherwise, a private key
+    included); one expired, expiring within `EXPIRY_WARNING` or not yet valid is a warning.
+    """
+    begins = list(_BEGIN.finditer(text))
+    if not begins:
+        return [Finding(1, "error", "no PEM certificate (-----BEGIN CERTIFICATE-----) found")]
+    findings: list[Finding] = []
+    for begin, following in zip(begins, [*begins[1:], None], strict=True):
+        line = text.count("\n", 0, begin.start()) + 1
+        label, end_marker = begin.group(1), f"-----END {begin.group(1)}-----"
+        end = text.find(end_marker, begin.end(), following.start() if following else len(text))
+        if end < 0:
+            findings.append(Finding(line, "error", f"{begin.group(0)} has no {end_marker}"))
+            continue
+        if label != "CERTIFICATE":
+            findings.append(Finding(line, "error", f"a {label} block, not a CERTIFICATE"))
+            continue
+        try:
+            pem = text[begin.start() : end + len(end_marker)]
+            certificate = x509.load_pem_x509_certificate(pem.encode("ascii"))
+        except (ValueError, UnicodeEncodeError) as error:
+            findings.append(Finding(line, "error", f"not a valid certificate: {error}"))
+            continue
+        findings.extend(_validity(line, certificate, now))
+    return findings
+
+
+def _validity(line: int, certificate: x509.Certificate, now: datetime) -> list[Finding]:
+    subject = certificate.subject.rfc4514_string() or "(empty subject)"
+    after, before = certificate.not_valid_after_utc, certificate.not_valid_before_utc
+    if after < now:
+        return [Finding(line, "warning", f"certificate {subject!r} expired on {_date(after)}")]
+    if after < now + EXPIRY_WARNING:
+        message = f"certificate {subject!r} expires on {_date(after)}, within 30 days"
+        return [Finding(line, "warning", message)]
+    if before > now:
+        message = f"certificate {subject!r} is not valid before {_date(before)}"
+        return [Finding(line, "warning", message)]
+    return []
+
+
+def _date(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -1,0 +1,140 @@
+"""``*.repo`` files of yum/dnf and zypper: INI sections, one repository each.
+
+A section ``[id]`` holds ``key=value`` options (``#`` and ``;`` lines are comments, indented
+lines continue the previous value). A repository needs ``baseurl`` (or ``mirrorlist`` /
+``metalink``); ``enabled`` and ``gpgcheck`` are booleans; ``gpgkey`` lists key URLs. zypper
+also reads ``dir:`` URIs from the local file system.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from controllers.render._repofile import (
+    Entry,
+    Finding,
+    LocalPath,
+    ParsedFile,
+    file_lines,
+    local_path,
+)
+
+__all__ = ["YUM_SCHEMES", "ZYPPER_SCHEMES", "parse_repo_file"]
+
+YUM_SCHEMES = ("file",)
+ZYPPER_SCHEMES = ("file", "dir")
+_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
+_SECTION = re.compile(r"^\[(.*)\]$")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_TRUE = ("1", "yes", "true", "on")
+_FALSE = ("0", "no", "false", "off")
+_URL_LISTS = ("baseurl", "mirrorlist", "metalink", "gpgkey")
+
+
+@dataclass
+class _Section:
+    line: int
+    name: str
+    options: dict[str, tuple[int, list[tuple[int, str]]]]  # key -> (line, value lines)
+
+    def words(self, key: str) -> Iterator[tuple[int, str]]:
+        for number, text in self.options[key][1] if key in self.options else ():
+            for word in re.split(r"[\s,]+", text):
+                if word:
+                    yield number, word
+
+    def value(self, key: str) -> str:
+        return " ".join(word for _, word in self.words(key))
+
+
+def parse_repo_file(text: str, schemes: tuple[str, ...]) -> ParsedFile:
+    """The ``[id]`` sections of a ``.repo`` file and its mistakes; ``schemes`` are local URIs."""
+    findings: list[Finding] = []
+    entries = tuple(_entry(section, schemes, findings) for section in _sections(text, findings))
+    return ParsedFile(entries, tuple(findings))
+
+
+def _sections(text: str, findings: list[Finding]) -> list[_Section]:
+    sections: list[_Section] = []
+    last: str | None = None
+    for number, raw in enumerate(file_lines(text), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if raw[0] in " \t" and last is not None and sections:
+            sections[-1].options[last][1].append((number, line))
+            continue
+        last = None
+        match = _SECTION.match(line)
+        if match:
+            _add_section(sections, number, match.group(1).strip(), findings)
+            continue
+        key, equals, value = line.partition("=")
+        key = key.strip().lower()
+        if not equals or not key:
+            findings.append(Finding(number, "error", f"{line!r} is neither [id] nor key=value"))
+        elif not sections:
+            findings.append(Finding(number, "error", f"{line!r} comes before any [id] section"))
+        elif key in sections[-1].options:
+            findings.append(Finding(number, "error", f"{key!r} is given twice in this section"))
+        else:
+            sections[-1].options[key] = (number, [(number, value.strip())])
+            last = key
+    return sections
+
+
+def _add_section(sections: list[_Section], number: int, name: str, findings: list[Finding]) -> None:
+    if not _ID.match(name):
+        message = f"repository id [{name}] may hold only letters, digits and '-_.:'"
+        findings.append(Finding(number, "error", message))
+    if any(section.name == name for section in sections):
+        findings.append(Finding(number, "error", f"repository [{name}] is defined twice"))
+    sections.append(_Section(number, name, {}))
+
+
+def _entry(section: _Section, schemes: tuple[str, ...], findings: list[Finding]) -> Entry:
+    where = f"[{section.name}]"
+    enabled = _boolean(section, "enabled", True, findings)
+    if not _boolean(section, "gpgcheck", True, findings):
+        line = section.options["gpgcheck"][0]
+        message = f"{where} gpgcheck={section.value('gpgcheck')}: packages are not verified"
+        findings.append(Finding(line, "warning", message))
+    if not any(section.value(key) for key in ("baseurl", "mirrorlist", "metalink")):
+        message = f"{where} has no baseurl, mirrorlist or metalink"
+        findings.append(Finding(section.line, "error", message))
+    paths: list[LocalPath] = []
+    for key in _URL_LISTS:
+        for number, url in section.words(key):
+            path = _url(number, key, url, schemes, findings)
+            if path is not None:
+                paths.append(LocalPath(number, key, url, path, is_key=key == "gpgkey"))
+    return Entry(section.line, enabled, tuple(paths))
+
+
+def _boolean(section: _Section, key: str, default: bool, findings: list[Finding]) -> bool:
+    if key not in section.options:
+        return default
+    value = section.value(key).lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    line = section.options[key][0]
+    findings.append(Finding(line, "error", f"{key}={value!r} is neither 1 nor 0"))
+    return default
+
+
+def _url(
+    number: int, key: str, url: str, schemes: tuple[str, ...], findings: list[Finding]
+) -> str | None:
+    if not _SCHEME.match(url):
+        message = f"{key} {url!r} is not a URL (no scheme such as https:// or file://)"
+        findings.append(Finding(number, "error", message))
+        return None
+    try:
+        return local_path(url, schemes)
+    except ValueError as error:
+        findings.append(Finding(number, "error", f"{key} {error}"))
+        return None
