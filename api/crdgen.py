@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from api.v1alpha1 import ClusterPolicySpec, ClusterPolicyStatus, PodPolicySpec
+from api.v1alpha1 import ClusterPolicySpec, ClusterPolicyStatus, PodPolicySpec, PodPolicyStatus
 from api.v1alpha1._clusterpolicy import GROUP, VERSION
 
 __all__ = ["crd_files", "main", "structural"]
@@ -65,6 +65,7 @@ KINDS = (
         status=ClusterPolicyStatus,
         columns=(
             {"name": "State", "type": "string", "jsonPath": ".status.state"},
+            {"name": "Ready", "type": "string", "jsonPath": ".status.readyNodes"},
             {"name": "Namespace", "type": "string", "jsonPath": ".status.namespace"},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ),
@@ -74,7 +75,7 @@ KINDS = (
         plural="podpolicies",
         description="What gpuctrl's admission webhook sets on the pods it targets.",
         spec=PodPolicySpec,
-        status=None,
+        status=PodPolicyStatus,
         columns=(
             {"name": "Meshes", "type": "string", "jsonPath": ".spec.meshes"},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -35,6 +35,10 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         "render", "render the objects a ClusterPolicy asks for, offline", "controllers.render.cli"
     ),
+    Subcommand("manager", "run the operator's controllers", "controllers.cli"),
+    Subcommand(
+        "webhook", "the admission webhook applying PodPolicies to gpuctrl's pods", "webhooks.cli"
+    ),
     Subcommand(
         "check-repo",
         "check a driver package repository ConfigMap offline",

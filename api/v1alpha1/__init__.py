@@ -23,11 +23,18 @@ from api.v1alpha1._podpolicy import (
     MeshOptOut,
     PodPolicy,
     PodPolicySpec,
+    PodPolicyStatus,
     PodTargets,
     TargetComponent,
     mesh_opt_outs,
 )
 from api.v1alpha1._quantity import parse_quantity
+from api.v1alpha1._selector import (
+    COMPONENT_LABEL,
+    selector_matches,
+    selector_problems,
+    targets_pod,
+)
 from api.v1alpha1._status import ClusterPolicyStatus, Condition, State
 from api.v1alpha1._toolkit import (
     ContainerdDistribution,
@@ -50,6 +57,7 @@ from api.v1alpha1._validation import (
 from api.v1alpha1._validator import ValidatorCheck, ValidatorSpec, ValidatorWorkloads
 
 __all__ = [
+    "COMPONENT_LABEL",
     "CertConfig",
     "ClusterPolicy",
     "ClusterPolicySpec",
@@ -72,6 +80,7 @@ __all__ = [
     "OperatorSpec",
     "PodPolicy",
     "PodPolicySpec",
+    "PodPolicyStatus",
     "PodTargets",
     "Problem",
     "RepoConfig",
@@ -93,6 +102,9 @@ __all__ = [
     "load_pod_policy",
     "mesh_opt_outs",
     "parse_quantity",
+    "selector_matches",
+    "selector_problems",
+    "targets_pod",
     "validate",
     "validate_pod_policy",
     "validate_workloads",

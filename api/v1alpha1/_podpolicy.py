@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from api.v1alpha1._base import ApiModel, ApiObject, LabelMap, ResourceRequirements
+from api.v1alpha1._status import Condition
 
 __all__ = [
     "MESH_OPT_OUTS",
@@ -15,6 +16,7 @@ __all__ = [
     "MeshOptOut",
     "PodPolicy",
     "PodPolicySpec",
+    "PodPolicyStatus",
     "PodTargets",
     "TargetComponent",
     "mesh_opt_outs",
@@ -97,8 +99,23 @@ class PodPolicySpec(ApiModel):
     )
 
 
+class PodPolicyStatus(ApiModel):
+    """What the manager observed: ``Ready`` (with the generation it read) and ``Targeting``
+    (False when the policy's targets can match no pod gpuctrl makes)."""
+
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+        description="Conditions, one per type.",
+    )
+
+
 class PodPolicy(ApiObject):
     """A ``gpuctrl.io/v1alpha1`` PodPolicy object (cluster-scoped)."""
 
     kind: Literal["PodPolicy"] = "PodPolicy"
     spec: PodPolicySpec = Field(default_factory=PodPolicySpec)
+    status: PodPolicyStatus = Field(default_factory=PodPolicyStatus)

@@ -35,6 +35,10 @@ class ClusterPolicyStatus(ApiModel):
 
     state: State | None = Field(default=None, description="ready, notReady or ignored.")
     namespace: str | None = Field(default=None, description="Namespace of the operands.")
+    ready_nodes: str | None = Field(
+        default=None,
+        description="GPU nodes running every enabled operand Ready, of all GPU nodes (3/4).",
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={

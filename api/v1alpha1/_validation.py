@@ -27,6 +27,7 @@ from api.v1alpha1._rules import (
     resource_problems,
     toleration_problems,
 )
+from api.v1alpha1._selector import selector_problems
 from api.v1alpha1._validator import ValidatorWorkloads
 
 __all__ = [
@@ -174,6 +175,7 @@ def validate_pod_policy(policy: PodPolicy) -> list[Problem]:
         checks.append(
             label_problems("spec.targets.selector.matchLabels", spec.targets.selector.match_labels)
         )
+        checks.append(selector_problems("spec.targets.selector", spec.targets.selector))
     return [problem for check in checks for problem in check]
 
 

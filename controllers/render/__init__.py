@@ -14,10 +14,16 @@ from controllers.render._driver import nodes_without_driver
 from controllers.render._errors import MissingConfigMap, RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts, NodeFacts, OsRelease
 from controllers.render._osfamily import OS_IDS
-from controllers.render._render import builtin_workload_templates, render
+from controllers.render._render import (
+    COMPONENTS,
+    builtin_workload_templates,
+    render,
+    render_component,
+)
 from controllers.render._repo import RepoProblem, check_repo_config
 
 __all__ = [
+    "COMPONENTS",
     "OS_IDS",
     "ClusterFacts",
     "ConfigMapFacts",
@@ -30,4 +36,5 @@ __all__ = [
     "check_repo_config",
     "nodes_without_driver",
     "render",
+    "render_component",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -19,7 +20,7 @@ from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
 from controllers.render._meta import metadata
 
-__all__ = ["builtin_workload_templates", "render"]
+__all__ = ["COMPONENTS", "builtin_workload_templates", "render", "render_component"]
 
 
 @functools.cache
@@ -39,19 +40,39 @@ def render(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any]]:
     facts lack what the policy names (e.g. `MissingConfigMap`). The caller validates the
     policy first (`api.v1alpha1.validate`).
     """
-    return [
-        *render_driver(policy, facts),
-        *render_toolkit(policy, facts),
-        *render_validator(policy, facts, builtin_workload_templates()),
-        *render_device_plugin(policy, facts),
-        *_runtime_class(policy),
-    ]
+    return [obj for _, part in _PARTS for obj in part(policy, facts)]
 
 
-def _runtime_class(policy: ClusterPolicy) -> list[dict[str, Any]]:
+def render_component(
+    component: str, policy: ClusterPolicy, facts: ClusterFacts
+) -> list[dict[str, Any]]:
+    """The objects of one of `COMPONENTS` (those `render` labels with it), in `render`'s
+    order; raises `RenderError` only for what this component itself needs."""
+    if component not in COMPONENTS:
+        raise ValueError(f"unknown component {component!r}; known: {', '.join(COMPONENTS)}")
+    return [obj for name, part in _PARTS if name == component for obj in part(policy, facts)]
+
+
+def _runtime_class(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any]]:
     name = policy.spec.operator.runtime_class
     return render_template(
         "runtimeclass.yaml.j2",
         metadata=metadata(policy, "toolkit", name, None),
         handler=runtime_handler(policy),
     )
+
+
+def _validator(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any]]:
+    return render_validator(policy, facts, builtin_workload_templates())
+
+
+COMPONENTS = ("driver", "toolkit", "validator", "device-plugin")
+"""The operands, each one controller's: the ``app.kubernetes.io/component`` label values."""
+# What render yields, in order, and whose it is (the RuntimeClass is the toolkit's).
+_PARTS: tuple[tuple[str, Callable[[ClusterPolicy, ClusterFacts], list[dict[str, Any]]]], ...] = (
+    ("driver", render_driver),
+    ("toolkit", render_toolkit),
+    ("validator", _validator),
+    ("device-plugin", render_device_plugin),
+    ("toolkit", _runtime_class),
+)

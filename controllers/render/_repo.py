@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Literal
 
 from api.v1alpha1 import ClusterPolicy
+from controllers.render._aptsources import signed_by_conflicts
 from controllers.render._errors import MissingConfigMap
 from controllers.render._facts import ClusterFacts, ConfigMapFacts
 from controllers.render._osfamily import (
@@ -81,7 +82,7 @@ def check_repo_config(
         problems += _repo_problems(repo, families, covered, local_paths)
     certs = _config_map(facts, _CERTS, driver.cert_config.name, problems)
     if certs is not None:
-        problems += _cert_problems(certs, now)
+        problems += _cert_problems(certs, now, covered and APT in families)
     unique = list(dict.fromkeys(problems))
     return [p for p in unique if p.severity == "error"] + [
         p for p in unique if p.severity == "warning"
@@ -129,17 +130,12 @@ def _repo_problems(
     repo: ConfigMapFacts, families: Sequence[OsFamily], covered: bool, local_paths: list[str]
 ) -> list[RepoProblem]:
     problems: list[RepoProblem] = []
+    findings = _findings(repo, families, local_paths)
     for key in sorted(repo.data):
-        readers = [family for family in families if family.reads(key)]
-        if not readers and covered:
+        if covered and not any(family.reads(key) for family in families):
             problems.append(RepoProblem("warning", _unread(repo, key)))
-        for family in readers:
-            parsed = parse(family, key, repo.data[key])
-            findings = list(parsed.findings)
-            for entry in parsed.entries:
-                findings += _unresolved(entry, family, local_paths)
-            where = f"ConfigMap {repo.name!r} key {key!r}"
-            problems += [_problem(where, f) for f in sorted(findings, key=lambda f: f.line)]
+        where = f"ConfigMap {repo.name!r} key {key!r}"
+        problems += [_problem(where, f) for f in sorted(findings[key], key=lambda f: f.line)]
     if covered:
         for family in families:
             if not any(family.reads(key) for key in repo.data):
@@ -153,6 +149,23 @@ def _repo_problems(
             )
             problems.append(RepoProblem("warning", f"{_LOCAL}[{index}]: {message}"))
     return problems
+
+
+def _findings(
+    repo: ConfigMapFacts, families: Sequence[OsFamily], local_paths: Sequence[str]
+) -> dict[str, list[Finding]]:
+    """What is wrong in each key, for every family that reads it."""
+    findings: dict[str, list[Finding]] = {key: [] for key in repo.data}
+    for family in families:
+        parsed = {k: parse(family, k, t) for k, t in sorted(repo.data.items()) if family.reads(k)}
+        for key, file in parsed.items():
+            findings[key] += file.findings
+            for entry in file.entries:
+                findings[key] += _unresolved(entry, family, local_paths)
+        if family is APT:
+            for key, finding in signed_by_conflicts(list(parsed.items())):
+                findings[key].append(finding)
+    return findings
 
 
 def _unread(repo: ConfigMapFacts, key: str) -> str:
@@ -196,9 +209,15 @@ def _missing(path: LocalPath) -> str:
     )
 
 
-def _cert_problems(certs: ConfigMapFacts, now: datetime) -> list[RepoProblem]:
+def _cert_problems(certs: ConfigMapFacts, now: datetime, apt: bool) -> list[RepoProblem]:
     problems: list[RepoProblem] = []
     for key in sorted(certs.data):
         where = f"ConfigMap {certs.name!r} key {key!r}"
+        if apt and not key.endswith(".crt"):
+            message = (
+                f"{where}: update-ca-certificates on ubuntu and debian takes only *.crt files "
+                f"from {APT.ca_folder}, so it ignores this one"
+            )
+            problems.append(RepoProblem("warning", message))
         problems += [_problem(where, f) for f in certificate_findings(certs.data[key], now)]
     return problems

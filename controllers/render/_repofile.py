@@ -44,6 +44,11 @@ class Entry:
     line: int
     enabled: bool  # disabled entries are parsed, but their paths need not resolve
     paths: tuple[LocalPath, ...] = ()
+    # apt only: the (site and path, suite) pairs the entry lists, and its Signed-By as written
+    # ("" when none); apt refuses one source listed with two Signed-By values.
+    sources: tuple[tuple[str, str], ...] = ()
+    signed_by: str = ""
+    release: tuple[tuple[str, str], ...] = ()  # apt only: options every listing must agree on
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,10 @@ The Python counterpart of controller-runtime's envtest: etcd and kube-apiserver 
 kube-controller-manager and kube-scheduler) on loopback (`ControlPlane`), simulated GPU nodes
 whose pods move through a realistic lifecycle (`SimulatedKubelet`, `SimulatedNode`,
 `ContainerBehavior`) or run for real as sandboxed local processes (`ContainerBehavior.process`,
-`SimulatedNode.root`, `SimulatedKubelet.restart_node`), a fake clock, `eventually` for
-polling, and pytest fixtures (`gpuctrl.testing.pytest_plugin`, loaded automatically by pytest:
-`control_plane`, `kube_api`, `namespace`, `gpu_nodes`).
+`SimulatedNode.root`, `SimulatedKubelet.restart_node`), a fake clock, an Istio-like sidecar
+injector (`MeshInjector`), Secret volumes swapped as the kubelet does (`write_secret_volume`),
+`eventually` for polling, and pytest fixtures (`gpuctrl.testing.pytest_plugin`, loaded
+automatically by pytest: `control_plane`, `kube_api`, `namespace`, `gpu_nodes`).
 """
 
 from ._behavior import BEHAVIOR_ANNOTATION, BehaviorError, ContainerBehavior
@@ -14,7 +15,9 @@ from ._clock import FakeClock
 from ._controlplane import ControlPlane, ControlPlaneError, default_assets_dir
 from ._eventually import eventually
 from ._kubelet import SimulatedKubelet
+from ._mesh import MeshInjector
 from ._nodes import SimulatedNode, simulated_gpu_nodes
+from ._volume import write_secret_volume
 
 __all__ = [
     "BEHAVIOR_ANNOTATION",
@@ -23,9 +26,11 @@ __all__ = [
     "ControlPlane",
     "ControlPlaneError",
     "FakeClock",
+    "MeshInjector",
     "SimulatedKubelet",
     "SimulatedNode",
     "default_assets_dir",
     "eventually",
     "simulated_gpu_nodes",
+    "write_secret_volume",
 ]

@@ -44,6 +44,14 @@ _POLL_SECONDS = 0.05
 _STOP_GRACE_SECONDS = 2.0
 _TOKEN_SECONDS = 24 * 3600
 _SERVICE_CIDR = "10.0.0.0/24"
+# Every request's metadata, once, when its response is complete.
+_AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted, Panic]
+rules:
+- level: Metadata
+"""
 
 
 class ControlPlaneError(RuntimeError):
@@ -61,6 +69,9 @@ def default_assets_dir() -> Path:
 class ControlPlane:
     """etcd and kube-apiserver (RBAC on), optionally controller-manager and scheduler.
 
+    ``audit`` makes the apiserver log every request's metadata (user, user agent, verb,
+    resource, response code) as JSON lines to `audit_log`, e.g. to count a client's writes.
+
     Use as ``async with ControlPlane(...) as cp:``; `cp.kubeconfig` authenticates as an admin in
     `system:masters`. Leaving the block kills every process and removes the folder; so does a
     failure while starting, garbage collection and interpreter exit.
@@ -72,9 +83,11 @@ class ControlPlane:
         controller_manager: bool = False,
         scheduler: bool = False,
         assets_dir: Path | None = None,
+        audit: bool = False,
     ) -> None:
         self.controller_manager = controller_manager
         self.scheduler = scheduler
+        self.audit = audit
         self.assets_dir = assets_dir or default_assets_dir()
         self._apiserver: Process | None = None
         self._resources: Resources | None = None
@@ -115,6 +128,11 @@ class ControlPlane:
         # Nothing of the cluster is kept, so SIGKILL is as good as a graceful stop, and instant.
         assert self._finalizer is not None
         self._finalizer()
+
+    @property
+    def audit_log(self) -> Path:
+        """The apiserver's audit log (JSON lines; only written with ``audit=True``)."""
+        return self.directory / "audit.log"
 
     @property
     def processes(self) -> list[Process]:
@@ -226,6 +244,19 @@ class ControlPlane:
             # Simulated nodes' kubelet endpoints are on loopback, at their InternalDNS address.
             "--kubelet-preferred-address-types=InternalDNS,InternalIP,Hostname",
             *disabled,
+            *self._audit_argv(),
+        ]
+
+    def _audit_argv(self) -> list[str]:
+        if not self.audit:
+            return []
+        policy = self.directory / "audit-policy.yaml"
+        policy.write_text(_AUDIT_POLICY)
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
         ]
 
     def _controller_manager_argv(self) -> list[str]:

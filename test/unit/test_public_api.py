@@ -12,6 +12,7 @@ PACKAGES = (
     "api.v1alpha1",
     "controllers.render",
     "gpuctrl.runtime",
+    "gpuctrl.runtime.webhook",
     "gpuctrl.testing",
     "gpuctrl.toolkit",
     "gpuctrl.validator",

@@ -55,4 +55,5 @@ def test_cluster_policy_crd_shape() -> None:
     assert status["conditions"]["x-kubernetes-list-type"] == "map"
     assert status["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["State", "Namespace", "Age"]
+    assert columns == ["State", "Ready", "Namespace", "Age"]
+    assert status["readyNodes"]["type"] == "string"

@@ -147,3 +147,22 @@ def test_the_warning_follows_the_injected_now(days_left: int) -> None:
         assert [p for p in problems if "within 30 days" in p] == problems != []
     else:
         assert problems == []
+
+
+def test_on_apt_nodes_a_certificate_key_must_end_in_crt() -> None:
+    assert _check({"site.pem": GOOD}) == [
+        "warning: ConfigMap 'certs' key 'site.pem': update-ca-certificates on ubuntu and debian "
+        "takes only *.crt files from /usr/local/share/ca-certificates, so it ignores this one"
+    ]
+
+
+_BASE64 = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\n")
+
+
+@settings(max_examples=200)
+@given(st.one_of(st.text(max_size=200), _BASE64), st.sampled_from(["CERTIFICATE", "X", ""]))
+def test_any_text_in_a_pem_frame_gives_findings_never_an_exception(body: str, label: str) -> None:
+    text = f"-----BEGIN {label}-----\n{body}\n-----END {label}-----\n"
+    problems = _check({"ca.crt": text})
+    assert problems
+    assert all(p.startswith("error: ConfigMap 'certs' key 'ca.crt' line 1: ") for p in problems)

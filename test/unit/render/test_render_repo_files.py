@@ -74,6 +74,13 @@ GOOD = [
         "deb [signed-by=0123456789ABCDEF0123456789ABCDEF01234567] file:///opt/local ./\n",
         id="list-fingerprint",
     ),
+    pytest.param("a.list", "deb\tfile:///opt/local\t./\r\n", id="list-tabs-crlf"),
+    pytest.param(
+        "a.sources",
+        "Types: deb\nURIs: file:///opt/local\nSuites: ./\n\n"
+        "Enabled: no\nTypes: deb\nURIs: /not-a-uri\nSigned-By: not-a-key\n",
+        id="deb822-disabled-stanza-only-needs-types",
+    ),
     pytest.param(
         "a.sources",
         "# local\nTypes: deb\nURIs: file:///opt/local\nSuites: ./\n"
@@ -277,8 +284,8 @@ BAD = [
     pytest.param(
         "a.sources",
         "Types: deb\nURIs: file:///opt/local\nSuites: ./\n\nEnabled: no\nURIs: file:///x\n",
-        [_err("a.sources", 5, "the stanza has no Types, Suites field")],
-        id="deb822-second-stanza-missing-even-if-disabled",
+        [_err("a.sources", 5, "the stanza has no Types field")],
+        id="deb822-disabled-stanza-still-needs-types",
     ),
     pytest.param(
         "a.sources",
@@ -345,21 +352,27 @@ BAD = [
     pytest.param(
         "a.sources",
         "Types: deb\nURIs: file:///opt/local\nSuites: ./\nEnabled: maybe\n",
-        [_err("a.sources", 4, "Enabled: 'maybe' is neither yes nor no")],
+        [
+            _warn(
+                "a.sources",
+                4,
+                "Enabled: 'maybe' is neither yes nor no: apt takes the stanza as enabled",
+            )
+        ],
         id="deb822-enabled-value",
     ),
     pytest.param(
         "a.sources",
         " indented first\nTypes: deb\nURIs: file:///opt/local\nSuites: ./\n",
-        [_err("a.sources", 1, "a continuation line before any field")],
+        [_warn("a.sources", 1, "a continuation line before any field belongs to no field")],
         id="deb822-continuation-first",
     ),
     pytest.param(
         "a.sources",
-        "Types: deb\nURIs file:///opt/local\nSuites: ./\n",
+        "Types: deb\nURIs //opt/local\nSuites: ./\n",
         [
             _err("a.sources", 1, "the stanza has no URIs field"),
-            _err("a.sources", 2, "'URIs file:///opt/local' is not 'Field: value'"),
+            _err("a.sources", 2, "'URIs //opt/local' is not 'Field: value'"),
         ],
         id="deb822-no-colon",
     ),
@@ -378,6 +391,25 @@ BAD = [
             )
         ],
         id="deb822-trusted",
+    ),
+    pytest.param(
+        "a.sources",
+        "Types: deb\nURIs file:///opt/local\nSuites: ./\n",  # a field named "URIs file"
+        [_err("a.sources", 1, "the stanza has no URIs field")],
+        id="deb822-colon-in-the-value-makes-a-field-name",
+    ),
+    pytest.param(
+        "a.list",
+        "deb [signed-by=/opt/local/k.gpg] file:///opt/local ./\ndeb-src copy:/opt/local/ ./\n",
+        [
+            _err(
+                "a.list",
+                2,
+                "suite './' of '/opt/local/' is listed with Signed-By '(none)' here and "
+                "'/opt/local/k.gpg' at key 'a.list' line 1: apt refuses to read the sources",
+            )
+        ],
+        id="list-signed-by-conflict",
     ),
     # yum / dnf
     pytest.param(
@@ -471,6 +503,35 @@ BAD = [
 @pytest.mark.parametrize(("key", "text", "expected"), BAD)
 def test_bad_files_name_key_line_and_mistake(key: str, text: str, expected: list[str]) -> None:
     assert _only(key, text, SUFFIX[key.rsplit(".", 1)[1]]) == expected
+
+
+def test_signed_by_conflicts_span_keys_in_apts_reading_order() -> None:
+    data = {
+        "b.list": "deb http://mirror/debian/ bookworm contrib\n",
+        "a.sources": "Types: deb\nURIs: http://mirror/debian\nSuites: bookworm\n"
+        "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+        "c.sources": "Enabled: no\nTypes: deb\nURIs: http://mirror/debian\nSuites: bookworm\n",
+        # apt adopts the first Signed-By it meets: none before one is no conflict
+        "d.list": "deb https://other/ x main\n"
+        "deb [signed-by=/opt/local/k.gpg] https://other/ x a\n",
+        "e.list": "deb [trusted=yes] https://other/ x b\n",
+    }
+    assert _check(data, local=("/opt/local",)) == [
+        _err(
+            "b.list",
+            1,
+            "suite 'bookworm' of 'mirror/debian/' is listed with Signed-By '(none)' here and "
+            "'/usr/share/keyrings/debian-archive-keyring.gpg' at key 'a.sources' line 1: apt "
+            "refuses to read the sources",
+        ),
+        _err(
+            "e.list",
+            1,
+            "suite 'x' of 'other/' is listed with trusted 'yes' here and '(unset)' at key "
+            "'d.list' line 1: apt refuses to read the sources",
+        ),
+        _warn("e.list", 1, "trusted=yes: apt installs from it without checking its signature"),
+    ]
 
 
 def test_zypper_reads_repo_files_with_the_same_rules() -> None:

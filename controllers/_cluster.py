@@ -1,0 +1,165 @@
+"""What the controllers read, all from the manager's shared cache: the honoured ClusterPolicy,
+the facts a render needs, gpuctrl's own objects. One informer per resource and selector, so
+each is watched once however many controllers read it; Nodes and Pods are cached trimmed to
+the fields read here (`TRANSFORMS`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from api.v1alpha1 import ClusterPolicy, InvalidPolicy, Problem, load_cluster_policy
+from controllers._kinds import (
+    CLUSTER_POLICIES,
+    CONFIG_MAPS,
+    CONTROLLER_REVISIONS,
+    MANAGED_SELECTOR,
+    NODES,
+    PODS,
+)
+from controllers.render import ClusterFacts
+from gpuctrl.runtime import Cache, Informer, Mapper, Request, Resource, Transform
+
+__all__ = [
+    "TRANSFORMS",
+    "Policy",
+    "cached",
+    "cached_list",
+    "cluster_facts",
+    "honoured",
+    "informer",
+    "owned_objects",
+    "to_honoured",
+]
+
+
+def _pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
+    """An operand Pod as readiness needs it: metadata, node, phase and conditions."""
+    meta = {k: v for k, v in pod["metadata"].items() if k != "managedFields"}
+    status = pod.get("status") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
+        "status": {"phase": status.get("phase"), "conditions": status.get("conditions") or []},
+    }
+
+
+TRANSFORMS: dict[Resource, Transform] = {PODS: _pod_summary}
+"""The manager's cache transforms for the resources the controllers trim (Nodes are watched
+metadata-only)."""
+
+
+def _selection(resource: Resource, namespace: str) -> tuple[str | None, dict[str, Any]]:
+    """The namespace and options of the one informer the controllers use for ``resource``."""
+    if resource == NODES:
+        return None, {"metadata_only": True}
+    if resource == CLUSTER_POLICIES:
+        return None, {}
+    if resource == CONFIG_MAPS:
+        return namespace, {}
+    if resource in (PODS, CONTROLLER_REVISIONS):
+        return namespace, {"label_selector": MANAGED_SELECTOR}
+    return None, {"label_selector": MANAGED_SELECTOR}
+
+
+def informer(cache: Cache, resource: Resource, namespace: str) -> Informer:
+    """The one informer the controllers use for ``resource``: every ClusterPolicy; every Node,
+    metadata only; the operand namespace's ConfigMaps (referenced ones are not gpuctrl's);
+    gpuctrl's Pods and ControllerRevisions there; gpuctrl's objects of any other kind, in any
+    namespace (the validator has a Role in ``default``)."""
+    where, options = _selection(resource, namespace)
+    return cache.informer(resource, namespace=where, **options)
+
+
+def cached(
+    cache: Cache, resource: Resource, namespace: str, name: str, where: str | None = None
+) -> dict[str, Any] | None:
+    """The object ``name`` (in namespace ``where``) as `informer`'s informer holds it."""
+    _, options = _selection(resource, namespace)
+    return cache.get(resource, name, where, **options)
+
+
+def cached_list(cache: Cache, resource: Resource, namespace: str) -> list[dict[str, Any]]:
+    """Every object `informer`'s informer holds for ``resource``."""
+    where, options = _selection(resource, namespace)
+    return cache.list(resource, where, **options)
+
+
+def owned_objects(
+    cache: Cache, resource: Resource, namespace: str, component: str
+) -> list[dict[str, Any]]:
+    """gpuctrl's cached objects of ``resource`` labelled with ``component``."""
+    found = cached_list(cache, resource, namespace)
+    return [o for o in found if _labels(o).get("app.kubernetes.io/component") == component]
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return obj["metadata"].get("labels") or {}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The honoured ClusterPolicy: its object as cached, and either its parsed model or every
+    problem found by `api.v1alpha1.load_cluster_policy`."""
+
+    obj: dict[str, Any]
+    model: ClusterPolicy | None
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The policy's name."""
+        return str(self.obj["metadata"]["name"])
+
+
+def _age(obj: Mapping[str, Any]) -> tuple[bool, str, str]:
+    # RFC 3339 timestamps from the apiserver have one fixed format: they sort as text.
+    created = obj["metadata"].get("creationTimestamp")
+    return (created is None, str(created or ""), str(obj["metadata"]["name"]))
+
+
+def honoured(cache: Cache) -> Policy | None:
+    """The oldest ClusterPolicy (ties by name), parsed; None when there is none."""
+    obj = min(cache.list(CLUSTER_POLICIES), key=_age, default=None)
+    if obj is None:
+        return None
+    spec, problems = _parse(json.dumps(obj.get("spec") or {}, sort_keys=True))
+    return Policy(obj, spec, problems)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(spec: str) -> tuple[ClusterPolicy | None, tuple[Problem, ...]]:
+    """The policy of this spec (JSON text) or its problems; remembered, so thousands of node
+    reconciles parse one policy once."""
+    try:
+        return load_cluster_policy({"spec": json.loads(spec)}), ()
+    except InvalidPolicy as error:
+        return None, tuple(error.problems)
+
+
+def to_honoured(cache: Cache) -> Mapper:
+    """A mapper from any object to the honoured ClusterPolicy's request (none without one).
+
+    It reads the policies' store as it is: before that informer synced, nothing is mapped,
+    and the policy's own add event enqueues it once it is listed.
+    """
+    policies = cache.informer(CLUSTER_POLICIES)
+
+    def mapper(obj: Mapping[str, Any]) -> Iterable[Request]:
+        found = min(policies.store.list(), key=_age, default=None)
+        return () if found is None else (Request("", found["metadata"]["name"]),)
+
+    return mapper
+
+
+def cluster_facts(cache: Cache, namespace: str) -> ClusterFacts:
+    """The render's facts: every Node's labels and the operand namespace's ConfigMaps."""
+    return ClusterFacts.from_objects(
+        namespace, cached_list(cache, NODES, namespace), cached_list(cache, CONFIG_MAPS, namespace)
+    )

@@ -1,0 +1,56 @@
+"""The API resources the controllers read and write, and how gpuctrl's own objects are found."""
+
+from __future__ import annotations
+
+from gpuctrl.runtime import Resource
+
+__all__ = [
+    "CLUSTER_POLICIES",
+    "CLUSTER_ROLES",
+    "CLUSTER_ROLE_BINDINGS",
+    "CONFIG_MAPS",
+    "CONTROLLER_REVISIONS",
+    "DAEMON_SETS",
+    "MANAGED_SELECTOR",
+    "NAMESPACES",
+    "NODES",
+    "OWNED",
+    "PODS",
+    "ROLES",
+    "ROLE_BINDINGS",
+    "RUNTIME_CLASSES",
+    "SERVICE_ACCOUNTS",
+]
+
+CLUSTER_POLICIES = Resource("gpuctrl.io/v1alpha1", "ClusterPolicy", "clusterpolicies", False)
+NODES = Resource("v1", "Node", "nodes", False)
+NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
+CONFIG_MAPS = Resource("v1", "ConfigMap", "configmaps")
+PODS = Resource("v1", "Pod", "pods")
+SERVICE_ACCOUNTS = Resource("v1", "ServiceAccount", "serviceaccounts")
+DAEMON_SETS = Resource("apps/v1", "DaemonSet", "daemonsets")
+CONTROLLER_REVISIONS = Resource("apps/v1", "ControllerRevision", "controllerrevisions")
+ROLES = Resource("rbac.authorization.k8s.io/v1", "Role", "roles")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
+CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False)
+CLUSTER_ROLE_BINDINGS = Resource(
+    "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", False
+)
+RUNTIME_CLASSES = Resource("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False)
+
+# Every object gpuctrl renders carries this label (see controllers.render).
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpuctrl"
+# The kinds an operand may render, by (apiVersion, kind).
+OWNED = {
+    (r.api_version, r.kind): r
+    for r in (
+        SERVICE_ACCOUNTS,
+        ROLES,
+        ROLE_BINDINGS,
+        CLUSTER_ROLES,
+        CLUSTER_ROLE_BINDINGS,
+        DAEMON_SETS,
+        CONFIG_MAPS,
+        RUNTIME_CLASSES,
+    )
+}

@@ -1,0 +1,229 @@
+"""The operand controller: one piece of code for the driver, toolkit, validator and device
+plugin, each an `Operand` (its component, condition and what it renders).
+
+A reconcile reads the honoured ClusterPolicy and the facts from the cache, renders the
+component, applies (server-side, as ``gpuctrl-<component>``, the policy as controller owner)
+each object whose render or managed fields differ from the cache, deletes the component's
+objects no longer rendered, and writes the component's condition. Any event of the policy, a
+Node's labels, a ConfigMap of the operand namespace, or the component's own objects, pods and
+ControllerRevisions triggers it; nothing polls. A policy that does not validate, or a render
+that fails (a missing ConfigMap), leaves every object as it is: the last good state runs on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import Gauge
+
+from api.v1alpha1 import ClusterPolicy
+from controllers._apply import needs_apply, with_hash
+from controllers._cluster import (
+    Policy,
+    cached,
+    cached_list,
+    cluster_facts,
+    honoured,
+    informer,
+    owned_objects,
+    to_honoured,
+)
+from controllers._kinds import (
+    CLUSTER_POLICIES,
+    CONFIG_MAPS,
+    CONTROLLER_REVISIONS,
+    DAEMON_SETS,
+    NODES,
+    OWNED,
+    PODS,
+)
+from controllers._readiness import DaemonSetReadiness, daemonset_readiness, summary
+from controllers._status import PolicyStatus, condition
+from controllers.render import ClusterFacts, MissingConfigMap, RenderError, render_component
+from gpuctrl.runtime import (
+    METRICS_REGISTRY,
+    Controller,
+    Event,
+    Manager,
+    Request,
+    Result,
+    generation_changed,
+    labels_changed,
+    resource_version_changed,
+    set_controller_reference,
+)
+
+__all__ = ["Operand", "setup_operand"]
+
+COMPONENT = "app.kubernetes.io/component"
+_READY = Gauge(
+    "gpuctrl_operand_ready_nodes",
+    "Nodes running an operand's current pod, Ready.",
+    ["operand"],
+    registry=METRICS_REGISTRY,
+)
+_DESIRED = Gauge(
+    "gpuctrl_operand_desired_nodes",
+    "Nodes an operand should run on.",
+    ["operand"],
+    registry=METRICS_REGISTRY,
+)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand: its ``component`` (label value, controller name, field manager suffix),
+    the ``condition`` type it owns, whether a policy ``enabled`` it, and which GPU nodes it
+    cannot serve (``unplaced``: the driver's nodes without NFD OS labels)."""
+
+    component: str
+    condition: str
+    enabled: Callable[[ClusterPolicy], bool]
+    unplaced: Callable[[ClusterPolicy, ClusterFacts], list[str]] = lambda policy, facts: []
+
+    @property
+    def field_manager(self) -> str:
+        """The server-side apply field manager: ``gpuctrl-<component>``."""
+        return f"gpuctrl-{self.component}"
+
+
+def _component_is(component: str) -> Callable[[Event], bool]:
+    def passes(event: Event) -> bool:
+        return bool((event.obj["metadata"].get("labels") or {}).get(COMPONENT) == component)
+
+    return passes
+
+
+def setup_operand(
+    manager: Manager, namespace: str, operand: Operand, status: PolicyStatus
+) -> Controller:
+    """Add ``operand``'s controller, with its watches on the shared informers, to ``manager``."""
+    cache = manager.cache
+    reconciler = _OperandReconciler(manager, namespace, operand, status)
+    controller = Controller(operand.component, reconciler.reconcile, clock=cache.clock)
+    policy = to_honoured(cache)
+    ours = _component_is(operand.component)
+    controller.watch(informer(cache, CLUSTER_POLICIES, namespace), policy, (generation_changed,))
+    controller.watch(informer(cache, NODES, namespace), policy, (labels_changed,))
+    controller.watch(informer(cache, CONFIG_MAPS, namespace), policy, (resource_version_changed,))
+    for resource in (*OWNED.values(), PODS, CONTROLLER_REVISIONS):
+        if resource != CONFIG_MAPS:
+            watched = informer(cache, resource, namespace)
+            controller.watch(watched, policy, (resource_version_changed, ours))
+    manager.add(controller)
+    return controller
+
+
+class _OperandReconciler:
+    def __init__(
+        self, manager: Manager, namespace: str, operand: Operand, status: PolicyStatus
+    ) -> None:
+        self._cache = manager.cache
+        self._client = manager.client
+        self._namespace = namespace
+        self._operand = operand
+        self._status = status
+        self._ready = _READY.labels(operand.component)
+        self._desired = _DESIRED.labels(operand.component)
+
+    async def reconcile(self, request: Request) -> Result | None:
+        policy = honoured(self._cache)
+        if policy is None or policy.name != request.name or policy.model is None:
+            return None  # nothing to do, or another policy's turn; InvalidSpec: see policy
+        facts = cluster_facts(self._cache, self._namespace)
+        try:
+            rendered = render_component(self._operand.component, policy.model, facts)
+        except MissingConfigMap as error:
+            await self._condition(policy, False, "MissingConfigMap", str(error))
+            return None
+        except RenderError as error:
+            await self._condition(policy, False, "InvalidSpec", str(error))
+            return None
+        desired = [with_hash(set_controller_reference(policy.obj, obj)) for obj in rendered]
+        for obj in desired:
+            await self._apply(policy, obj)
+        await self._prune(policy, desired)
+        await self._report(policy, policy.model, facts, desired)
+        return None
+
+    async def _apply(self, policy: Policy, obj: dict[str, Any]) -> None:
+        resource = OWNED[(obj["apiVersion"], obj["kind"])]
+        meta = obj["metadata"]
+        current = cached(
+            self._cache, resource, self._namespace, meta["name"], meta.get("namespace")
+        )
+        if not needs_apply(obj, current):
+            return
+        await self._client.apply(
+            resource, obj, field_manager=self._operand.field_manager, force=True
+        )
+        verb = "Created" if current is None else "Updated"
+        self._status.event(policy.obj, "Normal", verb, f"{verb} {_describe(obj)}")
+
+    async def _prune(self, policy: Policy, desired: list[dict[str, Any]]) -> None:
+        wanted = {_identity(obj) for obj in desired}
+        for resource in OWNED.values():
+            found = owned_objects(self._cache, resource, self._namespace, self._operand.component)
+            for obj in found:
+                if _identity(obj) in wanted:
+                    continue
+                meta = obj["metadata"]
+                await self._client.delete(resource, meta["name"], meta.get("namespace"))
+                text = f"Deleted {_describe({**obj, 'kind': resource.kind})}"
+                self._status.event(policy.obj, "Normal", "Deleted", text)
+
+    async def _report(
+        self,
+        policy: Policy,
+        model: ClusterPolicy,
+        facts: ClusterFacts,
+        desired: list[dict[str, Any]],
+    ) -> None:
+        component = self._operand.component
+        sets = [self._readiness(obj) for obj in desired if obj["kind"] == DAEMON_SETS.kind]
+        self._ready.set(sum(r.ready for _, r in sets))
+        self._desired.set(sum(r.desired for _, r in sets))
+        unplaced = self._operand.unplaced(model, facts)
+        if not self._operand.enabled(model):
+            await self._condition(policy, True, "Disabled", f"{component} is disabled")
+        elif not facts.gpu_nodes():
+            await self._condition(policy, True, "NoGPUNodes", "no GPU nodes: nothing to run")
+        elif unplaced:
+            text = (
+                f"GPU node(s) {', '.join(unplaced)} lack NFD's OS labels (feature.node."
+                "kubernetes.io/system-os_release.ID, .VERSION_ID): no driver runs there; "
+                + summary(component, sets)
+            )
+            await self._condition(policy, False, "NFDLabelsMissing", text)
+        elif all(r.done for _, r in sets):
+            await self._condition(policy, True, "Reconciled", summary(component, sets))
+        else:
+            await self._condition(policy, False, "OperandNotReady", summary(component, sets))
+
+    def _readiness(self, ds: Mapping[str, Any]) -> tuple[str, DaemonSetReadiness]:
+        name = ds["metadata"]["name"]
+        label = name.removeprefix(f"gpuctrl-{self._operand.component}-")
+        current = cached(self._cache, DAEMON_SETS, self._namespace, name, self._namespace)
+        if current is None:  # just created: the cache has not seen it yet
+            return label, DaemonSetReadiness(name, 0, 0, False)
+        pods = cached_list(self._cache, PODS, self._namespace)
+        revisions = cached_list(self._cache, CONTROLLER_REVISIONS, self._namespace)
+        return label, daemonset_readiness(current, pods, revisions)
+
+    async def _condition(self, policy: Policy, ok: bool, reason: str, message: str) -> None:
+        generation = policy.obj["metadata"].get("generation")
+        entry = condition(self._operand.condition, ok, reason, message, generation)
+        await self._status.write(policy.obj, [entry])
+
+
+def _identity(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return (str(obj.get("kind", "")), str(meta.get("namespace") or ""), str(meta["name"]))
+
+
+def _describe(obj: Mapping[str, Any]) -> str:
+    meta = obj["metadata"]
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind')} {where}{meta['name']}"

@@ -1,0 +1,25 @@
+"""The driver controller (``DriverReady``): the NVIDIA driver, one DaemonSet per GPU nodes' OS.
+
+One `controllers._operand.Operand`; the reconcile is the one all operands share.
+"""
+
+from __future__ import annotations
+
+from controllers._operand import Operand, setup_operand
+from controllers._status import PolicyStatus
+from controllers.render import nodes_without_driver
+from gpuctrl.runtime import Controller, Manager
+
+__all__ = ["DRIVER", "setup"]
+
+DRIVER = Operand(
+    "driver",
+    "DriverReady",
+    enabled=lambda policy: policy.spec.driver.enabled,
+    unplaced=nodes_without_driver,
+)
+
+
+def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
+    """Add the driver controller to ``manager``."""
+    return setup_operand(manager, namespace, DRIVER, status)

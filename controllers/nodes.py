@@ -1,0 +1,167 @@
+"""The node labeller: ``nvidia.com/gpu.present`` and the ``nvidia.com/gpu.deploy.<operand>``
+labels every operand DaemonSet selects nodes by, as NVIDIA's operator writes them.
+
+`label_changes` is the rule (pure). Controller ``nodes`` reconciles one Node per key, reading
+it and the honoured ClusterPolicy from the cache, and sends one JSON merge patch of the changed
+labels only, as field manager ``gpuctrl-nodes``. It acts only while a valid ClusterPolicy is
+honoured; a Node's label change or a policy's spec change triggers it. Controller
+``nodes-status`` reconciles the honoured policy on the same events and writes its
+``NodesLabelled`` condition (how many GPU nodes carry their labels) and ``gpuctrl_gpu_nodes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from prometheus_client import Gauge
+
+from api.v1alpha1 import ClusterPolicy
+from controllers._cluster import cached, honoured, informer, to_honoured
+from controllers._kinds import CLUSTER_POLICIES, NODES
+from controllers._status import PolicyStatus, condition
+from gpuctrl.runtime import (
+    METRICS_REGISTRY,
+    Controller,
+    Manager,
+    Request,
+    Result,
+    generation_changed,
+    labels_changed,
+)
+
+__all__ = [
+    "DEPLOY_LABELS",
+    "GPU_PRESENT",
+    "LABELLED",
+    "enabled_components",
+    "is_gpu",
+    "label_changes",
+    "setup",
+]
+
+LABELLED = "NodesLabelled"
+GPU_PRESENT = "nvidia.com/gpu.present"
+DEPLOY_OPERANDS = "nvidia.com/gpu.deploy.operands"
+# NFD's labels of an NVIDIA PCI device (any class, 3D controller, VGA).
+NFD_GPU_LABELS = (
+    "feature.node.kubernetes.io/pci-10de.present",
+    "feature.node.kubernetes.io/pci-0302_10de.present",
+    "feature.node.kubernetes.io/pci-0300_10de.present",
+)
+DEPLOY_LABELS = {
+    "driver": "nvidia.com/gpu.deploy.driver",
+    "toolkit": "nvidia.com/gpu.deploy.container-toolkit",
+    "validator": "nvidia.com/gpu.deploy.operator-validator",
+    "device-plugin": "nvidia.com/gpu.deploy.device-plugin",
+}
+"""Each gpuctrl component's deploy label (NVIDIA's names, which its DaemonSet selects)."""
+_GPU_NODES = Gauge(
+    "gpuctrl_gpu_nodes", "Nodes with an NVIDIA GPU (by NFD's labels).", registry=METRICS_REGISTRY
+)
+_OURS = "true"  # the value gpuctrl writes; only labels holding it are gpuctrl's to remove
+
+
+def enabled_components(policy: ClusterPolicy) -> frozenset[str]:
+    """The components ``policy`` enables."""
+    spec = policy.spec
+    switches = {
+        "driver": spec.driver.enabled,
+        "toolkit": spec.toolkit.enabled,
+        "validator": spec.validator.enabled,
+        "device-plugin": spec.device_plugin.enabled,
+    }
+    return frozenset(name for name, on in switches.items() if on)
+
+
+def label_changes(labels: Mapping[str, str], enabled: Iterable[str]) -> dict[str, str | None]:
+    """The label writes (None: remove) that bring a node with ``labels`` in line.
+
+    A node with an NVIDIA PCI label from NFD gets ``gpu.present=true`` and, unless
+    ``gpu.deploy.operands=false``, the deploy label of each ``enabled`` component where that
+    label is absent or empty (a value someone else wrote is kept). Deploy labels holding
+    gpuctrl's ``true`` are removed from a node that opted out, for a disabled component, and
+    from a node whose GPU is gone (which gets ``gpu.present=false`` if it was marked).
+    """
+    gpu = is_gpu(labels)
+    wanted = set(enabled) if gpu and labels.get(DEPLOY_OPERANDS) != "false" else set()
+    changes: dict[str, str | None] = {}
+    if gpu and labels.get(GPU_PRESENT) != "true":
+        changes[GPU_PRESENT] = "true"
+    elif not gpu and GPU_PRESENT in labels and labels[GPU_PRESENT] != "false":
+        changes[GPU_PRESENT] = "false"
+    for component, label in DEPLOY_LABELS.items():
+        value = labels.get(label)
+        if component in wanted and not value:
+            changes[label] = _OURS
+        elif component not in wanted and value == _OURS:
+            changes[label] = None
+    return changes
+
+
+def _gpu_related(node: Mapping[str, Any]) -> bool:
+    labels = node["metadata"].get("labels") or {}
+    return GPU_PRESENT in labels or any(label in labels for label in NFD_GPU_LABELS)
+
+
+def is_gpu(labels: Mapping[str, str]) -> bool:
+    """Whether NFD found an NVIDIA PCI device on the node."""
+    return any(labels.get(label) == "true" for label in NFD_GPU_LABELS)
+
+
+def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Controller]:
+    """Add the node labeller and its status controller to ``manager``."""
+    cache = manager.cache
+    nodes = informer(cache, NODES, namespace)
+    policies = informer(cache, CLUSTER_POLICIES, namespace)
+
+    async def label(request: Request) -> Result | None:
+        node = cached(cache, NODES, namespace, request.name)
+        policy = honoured(cache)
+        if node is None or policy is None or policy.model is None:
+            return None
+        labels = node["metadata"].get("labels") or {}
+        changes = label_changes(labels, enabled_components(policy.model))
+        if changes:
+            await manager.client.request(
+                "PATCH",
+                NODES.path(name=request.name),
+                query={"fieldManager": "gpuctrl-nodes"},
+                body={"metadata": {"labels": changes}},
+                content_type="application/merge-patch+json",
+            )
+        return None
+
+    async def report(request: Request) -> Result | None:
+        policy = honoured(cache)
+        if policy is None or policy.name != request.name or policy.model is None:
+            return None
+        enabled = enabled_components(policy.model)
+        all_labels = [n["metadata"].get("labels") or {} for n in nodes.store.list()]
+        gpus = [labels for labels in all_labels if is_gpu(labels)]
+        pending = sum(1 for labels in all_labels if label_changes(labels, enabled))
+        _GPU_NODES.set(len(gpus))
+        generation = policy.obj["metadata"].get("generation")
+        if not gpus:
+            entry = condition(LABELLED, True, "NoGPUNodes", "no GPU nodes", generation)
+        elif pending:
+            text = f"{pending} node(s) await label changes; {len(gpus)} GPU nodes"
+            entry = condition(LABELLED, False, "LabelsPending", text, generation)
+        else:
+            text = f"{len(gpus)}/{len(gpus)} GPU nodes labelled"
+            entry = condition(LABELLED, True, "Reconciled", text, generation)
+        await status.write(policy.obj, [entry])
+        return None
+
+    def every_gpu_node(_: Mapping[str, Any]) -> Iterable[Request]:
+        return [Request("", n["metadata"]["name"]) for n in nodes.store.list() if _gpu_related(n)]
+
+    labeller = Controller("nodes", label, clock=cache.clock, max_concurrent_reconciles=8)
+    labeller.watch(nodes, predicates=(labels_changed,))
+    labeller.watch(policies, every_gpu_node, (generation_changed,))
+    reporter = Controller("nodes-status", report, clock=cache.clock)
+    reporter.watch(nodes, to_honoured(cache), (labels_changed,))
+    reporter.watch(policies, to_honoured(cache), (generation_changed,))
+    for controller in (labeller, reporter):
+        manager.add(controller)
+    return [labeller, reporter]

@@ -1,0 +1,114 @@
+"""The policy controller: which ClusterPolicy is honoured, its aggregate ``Ready`` condition,
+``status.state``, ``status.namespace`` and ``status.readyNodes`` (the printer column).
+
+Only the oldest ClusterPolicy is honoured; every other gets ``state: ignored`` and
+``Ready=False, reason=Ignored`` naming the honoured one. The honoured policy is ``ready`` when
+it validates and every controller's condition is True for its current generation; a policy
+that fails `api.v1alpha1.validate` gets ``InvalidSpec`` listing each problem with its path
+(the operand controllers then leave every operand as it was).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from controllers._cluster import Policy, honoured, informer, to_honoured
+from controllers._kinds import CLUSTER_POLICIES, NODES, PODS
+from controllers._status import PolicyStatus, condition
+from controllers.nodes import DEPLOY_LABELS, LABELLED, enabled_components, is_gpu
+from gpuctrl.runtime import (
+    Controller,
+    Event,
+    Manager,
+    Request,
+    Result,
+    labels_changed,
+    resource_version_changed,
+)
+
+__all__ = ["CONDITIONS", "READY", "ready_nodes", "setup"]
+
+READY = "Ready"
+CONDITIONS = (LABELLED, "DriverReady", "ToolkitReady", "ValidatorReady", "DevicePluginReady")
+"""The conditions of the other controllers that ``Ready`` aggregates."""
+_COMPONENT = "app.kubernetes.io/component"
+
+
+def ready_nodes(
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    components: frozenset[str],
+) -> str:
+    """``R/N``: of the N GPU nodes, R run a Ready pod of every component in ``components``."""
+    gpu = {n["metadata"]["name"] for n in nodes if is_gpu(n["metadata"].get("labels") or {})}
+    running: dict[str, set[str]] = {}
+    for pod in pods:
+        conditions = (pod.get("status") or {}).get("conditions") or ()
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            component = (pod["metadata"].get("labels") or {}).get(_COMPONENT, "")
+            running.setdefault(str((pod.get("spec") or {}).get("nodeName")), set()).add(component)
+    ready = sum(1 for node in gpu if components <= running.get(node, set()))
+    return f"{ready}/{len(gpu)}"
+
+
+def _verdict(policy: Policy) -> tuple[dict[str, Any], str]:
+    """The ``Ready`` condition and state of the honoured, valid ``policy``."""
+    generation = policy.obj["metadata"].get("generation")
+    found = {c["type"]: c for c in (policy.obj.get("status") or {}).get("conditions") or ()}
+    failed = [found[t] for t in CONDITIONS if t in found and found[t]["status"] != "True"]
+    waiting = [
+        t for t in CONDITIONS if t not in found or found[t].get("observedGeneration") != generation
+    ]
+    if failed:
+        text = "; ".join(f"{c['type']}: {c.get('message', '')}" for c in failed)
+        return condition(
+            READY, False, failed[0].get("reason") or "OperandNotReady", text, generation
+        ), "notReady"
+    if waiting:
+        text = f"waiting for {', '.join(waiting)} of generation {generation}"
+        return condition(READY, False, "OperandNotReady", text, generation), "notReady"
+    reason = "NoGPUNodes" if found[LABELLED].get("reason") == "NoGPUNodes" else "Reconciled"
+    text = "every enabled operand is ready on every GPU node"
+    return condition(READY, True, reason, text, generation), "ready"
+
+
+def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
+    """Add the policy controller to ``manager``."""
+    cache = manager.cache
+    policies = informer(cache, CLUSTER_POLICIES, namespace)
+    pods = informer(cache, PODS, namespace)
+    nodes = informer(cache, NODES, namespace)
+
+    async def reconcile(request: Request) -> Result | None:
+        obj = cache.get(CLUSTER_POLICIES, request.name)
+        top = honoured(cache)
+        if obj is None or top is None:
+            return None
+        generation = obj["metadata"].get("generation")
+        fields: dict[str, Any] = {"namespace": namespace}
+        if top.name != request.name:
+            text = f"ClusterPolicy {top.name!r} is honoured (the oldest); this one is ignored"
+            entry = condition(READY, False, "Ignored", text, generation)
+            fields["state"] = "ignored"
+        elif top.model is None:
+            text = "; ".join(str(p) for p in top.problems)
+            entry = condition(READY, False, "InvalidSpec", text, generation)
+            fields["state"] = "notReady"
+        else:
+            entry, fields["state"] = _verdict(top)
+            components = enabled_components(top.model) & set(DEPLOY_LABELS)
+            fields["readyNodes"] = ready_nodes(nodes.store.list(), pods.store.list(), components)
+        await status.write(obj, [entry], fields)
+        return None
+
+    def deleted(event: Event) -> bool:
+        return event.type == "delete"
+
+    controller = Controller("policy", reconcile, clock=cache.clock)
+    controller.watch(policies, predicates=(resource_version_changed,))
+    controller.watch(policies, to_honoured(cache), (deleted,))
+    controller.watch(pods, to_honoured(cache), (resource_version_changed,))
+    controller.watch(nodes, to_honoured(cache), (labels_changed,))
+    manager.add(controller)
+    return controller

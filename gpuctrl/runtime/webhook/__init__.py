@@ -1,0 +1,38 @@
+"""gpuctrl.runtime.webhook: admission webhooks served by a manager, on every replica.
+
+`WebhookServer` serves handlers over HTTPS with certificates reloaded from files
+(`CertWatcher`); handlers take an `AdmissionRequest` and answer `allowed`, `denied` or
+`patched` (a JSON Patch computed from the object before and after). It knows nothing of GPUs.
+"""
+
+from ._certs import CERT_FILE, KEY_FILE, CertWatcher
+from ._review import (
+    ADMISSION_API_VERSION,
+    AdmissionRequest,
+    AdmissionResponse,
+    BadReview,
+    allowed,
+    denied,
+    parse_review,
+    patched,
+    review_response,
+)
+from ._server import DEFAULT_MAX_BODY_BYTES, Handler, WebhookServer
+
+__all__ = [
+    "ADMISSION_API_VERSION",
+    "CERT_FILE",
+    "DEFAULT_MAX_BODY_BYTES",
+    "KEY_FILE",
+    "AdmissionRequest",
+    "AdmissionResponse",
+    "BadReview",
+    "CertWatcher",
+    "Handler",
+    "WebhookServer",
+    "allowed",
+    "denied",
+    "parse_review",
+    "patched",
+    "review_response",
+]

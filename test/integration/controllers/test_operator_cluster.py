@@ -1,0 +1,409 @@
+"""The operator keeps a real cluster converged: one manager for the module's tests, which run
+in order on one cluster (mixed OS nodes, one ClusterPolicy) and each leave it converged."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from operator_helpers import (
+    CONFIG_MAPS,
+    DAEMON_SETS,
+    EVENTS,
+    NODES,
+    POLICIES,
+    AuditLog,
+    conditions,
+    daemonsets,
+    policy,
+    running_manager,
+    status_of,
+)
+
+from gpuctrl.runtime import Client, Manager, Resource
+from gpuctrl.testing import ControlPlane, SimulatedKubelet, eventually, simulated_gpu_nodes
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+NAMESPACE = "gpuctrl"
+POLICY = "cluster"
+OS_RELEASES = (("ubuntu", "22.04"), ("ubuntu", "24.04"), ("rhel", "9.4"))
+DRIVERS = {"gpuctrl-driver-ubuntu22.04", "gpuctrl-driver-ubuntu24.04", "gpuctrl-driver-rhel9.4"}
+AGENTS = {"gpuctrl-toolkit", "gpuctrl-validator", "gpuctrl-device-plugin"}
+PODS = Resource("v1", "Pod", "pods")
+SERVICE_ACCOUNTS = Resource("v1", "ServiceAccount", "serviceaccounts")
+RUNTIME_CLASSES = Resource("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False)
+MANAGED = "app.kubernetes.io/managed-by=gpuctrl"
+DEPLOY = {
+    f"nvidia.com/gpu.deploy.{operand}": "true"
+    for operand in ("driver", "container-toolkit", "operator-validator", "device-plugin")
+}
+
+
+class Running:
+    """The module's manager, restartable."""
+
+    def __init__(self, cluster: ControlPlane) -> None:
+        self.cluster = cluster
+        self.stack = AsyncExitStack()
+        self.manager: Manager | None = None
+
+    async def start(self) -> None:
+        self.manager = await self.stack.enter_async_context(
+            running_manager(self.cluster.kubeconfig, NAMESPACE)
+        )
+
+    async def stop(self) -> None:
+        await self.stack.aclose()
+        self.stack = AsyncExitStack()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def operator(cluster: ControlPlane, client: Client) -> AsyncIterator[Running]:
+    """Nodes of three OS versions (and one without a GPU), the operands namespace, the policy
+    and a running manager."""
+    nodes = simulated_gpu_nodes("gpu", count=4, os_releases=OS_RELEASES)
+    nodes += simulated_gpu_nodes("cpu", count=1, gpus=0)
+    async with SimulatedKubelet(cluster.kubeconfig, nodes):
+        namespaces = await client.resource("v1", "Namespace")
+        await client.create(namespaces, {"metadata": {"name": NAMESPACE}})
+        await client.create(POLICIES, policy(POLICY))
+        running = Running(cluster)
+        await running.start()
+        try:
+            yield running
+        finally:
+            await running.stop()
+
+
+async def converged(client: Client, ready_nodes: str = "4/4") -> dict[str, Any]:
+    """Wait until the policy is ready for its current generation with ``ready_nodes``; its
+    status."""
+
+    async def ready() -> dict[str, Any]:
+        obj = await client.get(POLICIES, POLICY)
+        status = obj.get("status") or {}
+        assert status.get("state") == "ready", status
+        generations = {c.get("observedGeneration") for c in status["conditions"]}
+        assert generations == {obj["metadata"]["generation"]}, status
+        assert status.get("readyNodes") == ready_nodes, status
+        return status
+
+    return await eventually(ready, within=90)
+
+
+async def test_mixed_os_cluster_converges(
+    operator: Running, client: Client, cluster: ControlPlane
+) -> None:
+    status = await converged(client)
+    writes = AuditLog(cluster.audit_log).writes()  # the audit log sees the manager's writes
+    assert {"patch daemonsets/gpuctrl-toolkit", "patch nodes/gpu-0"} <= set(writes)
+    found = conditions(status)
+    assert {t: c["status"] for t, c in found.items()} == dict.fromkeys(
+        (
+            "NodesLabelled",
+            "DriverReady",
+            "ToolkitReady",
+            "ValidatorReady",
+            "DevicePluginReady",
+            "Ready",
+        ),
+        "True",
+    )
+    assert found["DriverReady"]["message"] == (
+        "driver: 4/4 nodes ready (rhel9.4 1/1, ubuntu22.04 2/2, ubuntu24.04 1/1)"
+    )
+    assert status["namespace"] == NAMESPACE
+    sets = await daemonsets(client, NAMESPACE)
+    assert set(sets) == DRIVERS | AGENTS
+    for ds in sets.values():
+        owner = ds["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["controller"]) == (
+            "ClusterPolicy",
+            POLICY,
+            True,
+        )
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in await client.list(NODES)}
+    for name, node_labels in labels.items():
+        if name.startswith("gpu-"):
+            assert node_labels["nvidia.com/gpu.present"] == "true"
+            assert DEPLOY.items() <= node_labels.items()
+        else:
+            assert "nvidia.com/gpu.present" not in node_labels
+            assert not DEPLOY.keys() & node_labels.keys()
+
+
+async def test_no_writes_after_convergence_nor_after_a_restart(
+    operator: Running, client: Client, cluster: ControlPlane
+) -> None:
+    await converged(client)
+    audit = AuditLog(cluster.audit_log)
+    await asyncio.sleep(2)  # the last status events settle
+    audit.mark()
+    await asyncio.sleep(30)
+    assert audit.writes() == []
+    await operator.stop()
+    audit.mark()
+    await operator.start()
+    await asyncio.sleep(15)
+    assert audit.writes() == []
+    await converged(client)
+
+
+async def patch_policy(client: Client, spec: dict[str, Any]) -> None:
+    """Merge ``spec`` into the policy's spec (None removes a field)."""
+    await client.merge_patch(POLICIES, POLICY, {"spec": spec})
+
+
+async def test_drift_is_reverted(operator: Running, client: Client) -> None:
+    await converged(client)
+    sets = await daemonsets(client, NAMESPACE)
+    container = sets["gpuctrl-toolkit"]["spec"]["template"]["spec"]["containers"][0]
+    drift = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": container["name"], "image": "example.com/not-gpuctrl:1"}
+                    ]
+                }
+            }
+        }
+    }
+    await client.request(
+        "PATCH",
+        DAEMON_SETS.path(NAMESPACE, "gpuctrl-toolkit"),
+        body=drift,
+        content_type="application/strategic-merge-patch+json",
+    )
+    await client.delete(DAEMON_SETS, "gpuctrl-device-plugin", NAMESPACE)
+
+    async def reverted() -> None:
+        now = await daemonsets(client, NAMESPACE)
+        assert "gpuctrl-device-plugin" in now
+        image = now["gpuctrl-toolkit"]["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert image == container["image"]
+
+    await eventually(reverted, within=10)
+    await converged(client)
+
+
+async def test_node_of_a_new_os_gets_its_driver_and_loses_it_when_removed(
+    operator: Running, client: Client, cluster: ControlPlane
+) -> None:
+    nodes = simulated_gpu_nodes("deb", count=1, os_releases=[("debian", "12")])
+    async with SimulatedKubelet(cluster.kubeconfig, nodes):
+        status = await converged(client, "5/5")
+        assert "debian12 1/1" in conditions(status)["DriverReady"]["message"]
+        assert "gpuctrl-driver-debian12" in await daemonsets(client, NAMESPACE)
+
+    async def pruned() -> None:
+        assert set(await daemonsets(client, NAMESPACE)) == DRIVERS | AGENTS
+
+    await eventually(pruned, within=30)
+    await converged(client)
+
+
+async def test_disabled_operand_is_removed_with_its_labels_and_comes_back(
+    operator: Running, client: Client
+) -> None:
+    label = "nvidia.com/gpu.deploy.device-plugin"
+    await patch_policy(client, {"devicePlugin": {"enabled": False}})
+
+    async def removed() -> None:
+        assert "gpuctrl-device-plugin" not in await daemonsets(client, NAMESPACE)
+        nodes = await client.list(NODES, label_selector=label)
+        assert nodes == []
+        found = conditions(await status_of(client, POLICY))["DevicePluginReady"]
+        assert (found["status"], found["reason"]) == ("True", "Disabled")
+
+    await eventually(removed, within=30)
+    await converged(client)
+    await patch_policy(client, {"devicePlugin": {"enabled": True}})
+    status = await converged(client)
+    assert conditions(status)["DevicePluginReady"]["reason"] == "Reconciled"
+    assert len(await client.list(NODES, label_selector=f"{label}=true")) == 4
+
+
+async def test_a_second_policy_is_ignored(operator: Running, client: Client) -> None:
+    await client.create(POLICIES, policy("second"))
+    try:
+
+        async def ignored() -> None:
+            status = await status_of(client, "second")
+            assert status.get("state") == "ignored", status
+            ready = conditions(status)["Ready"]
+            assert (ready["status"], ready["reason"]) == ("False", "Ignored")
+            assert "'cluster' is honoured" in ready["message"]
+
+        await eventually(ignored, within=20)
+        for ds in (await daemonsets(client, NAMESPACE)).values():
+            assert [o["name"] for o in ds["metadata"]["ownerReferences"]] == [POLICY]
+        await converged(client)
+    finally:
+        await client.delete(POLICIES, "second")
+
+
+async def test_an_invalid_spec_is_reported_and_changes_nothing(
+    operator: Running, client: Client
+) -> None:
+    await converged(client)
+    before = await daemonsets(client, NAMESPACE)
+    await patch_policy(client, {"daemonsets": {"labels": {"not a label!": "x"}}})
+
+    async def reported() -> dict[str, Any]:
+        status = await status_of(client, POLICY)
+        ready = conditions(status)["Ready"]
+        assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec"), ready
+        assert "spec.daemonsets.labels" in ready["message"]
+        assert status["state"] == "notReady"
+        return status
+
+    await eventually(reported, within=20)
+
+    async def warned() -> None:
+        events = await policy_events(client)
+        assert any(e["reason"] == "InvalidSpec" and e["type"] == "Warning" for e in events)
+
+    await eventually(warned, within=10)
+    await asyncio.sleep(2)
+    after = await daemonsets(client, NAMESPACE)
+    assert {n: d["metadata"]["generation"] for n, d in after.items()} == {
+        n: d["metadata"]["generation"] for n, d in before.items()
+    }
+    await patch_policy(client, {"daemonsets": {"labels": None}})
+    await converged(client)
+
+
+async def test_a_missing_configmap_is_named_and_the_driver_keeps_running(
+    operator: Running, client: Client
+) -> None:
+    before = await daemonsets(client, NAMESPACE)
+    await patch_policy(client, {"driver": {"repoConfig": {"configMapName": "repo-list"}}})
+
+    async def named() -> None:
+        found = conditions(await status_of(client, POLICY))["DriverReady"]
+        assert (found["status"], found["reason"]) == ("False", "MissingConfigMap"), found
+        assert "'repo-list'" in found["message"]
+
+    await eventually(named, within=20)
+    after = await daemonsets(client, NAMESPACE)
+    for name in DRIVERS:
+        assert after[name]["metadata"]["generation"] == before[name]["metadata"]["generation"]
+    repo = {"metadata": {"name": "repo-list", "namespace": NAMESPACE}, "data": {"a.list": "x"}}
+    await client.create(CONFIG_MAPS, repo)
+    await converged(client)
+    after = await daemonsets(client, NAMESPACE)
+    volumes = after["gpuctrl-driver-ubuntu22.04"]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "repo-config", "configMap": {"name": "repo-list"}} in [
+        {"name": v["name"], "configMap": {"name": v["configMap"]["name"]}}
+        for v in volumes
+        if "configMap" in v
+    ]
+    await patch_policy(client, {"driver": {"repoConfig": None}})
+    await client.delete(CONFIG_MAPS, "repo-list", NAMESPACE)
+    await converged(client)
+
+
+async def test_a_node_that_loses_its_gpu_loses_its_labels(
+    operator: Running, client: Client
+) -> None:
+    nfd = "feature.node.kubernetes.io/pci-10de.present"
+    await client.merge_patch(NODES, "gpu-3", {"metadata": {"labels": {nfd: None}}})
+
+    async def unlabelled() -> None:
+        labels = (await client.get(NODES, "gpu-3"))["metadata"]["labels"]
+        assert labels["nvidia.com/gpu.present"] == "false"
+        assert not DEPLOY.keys() & labels.keys()
+
+    await eventually(unlabelled, within=20)
+    await converged(client, "3/3")
+    await client.merge_patch(NODES, "gpu-3", {"metadata": {"labels": {nfd: "true"}}})
+    await converged(client)
+
+
+async def test_a_gpu_node_without_nfd_os_labels_is_named(operator: Running, client: Client) -> None:
+    os_labels = {
+        "feature.node.kubernetes.io/system-os_release.ID": "rhel",
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID": "9.4",
+    }
+    await client.merge_patch(NODES, "gpu-2", {"metadata": {"labels": dict.fromkeys(os_labels)}})
+
+    async def named() -> None:
+        status = await status_of(client, POLICY)
+        found = conditions(status)["DriverReady"]
+        assert (found["status"], found["reason"]) == ("False", "NFDLabelsMissing"), found
+        assert "gpu-2" in found["message"]
+        assert status["state"] == "notReady"
+        assert "gpuctrl-driver-rhel9.4" not in await daemonsets(client, NAMESPACE)
+
+    await eventually(named, within=30)
+    await client.merge_patch(NODES, "gpu-2", {"metadata": {"labels": os_labels}})
+    await converged(client)
+
+
+async def test_on_delete_driver_is_ready_only_on_its_newest_revision(
+    operator: Running, client: Client
+) -> None:
+    await patch_policy(client, {"daemonsets": {"updateStrategy": "OnDelete"}})
+    await converged(client)
+    await patch_policy(client, {"driver": {"version": "550.90.07"}})
+
+    async def stale() -> None:
+        found = conditions(await status_of(client, POLICY))["DriverReady"]
+        assert (found["status"], found["reason"]) == ("False", "OperandNotReady"), found
+        assert found["message"].startswith("driver: 0/4 nodes ready")
+
+    await eventually(stale, within=30)
+    pods = await client.list(PODS, NAMESPACE, label_selector="app.kubernetes.io/component=driver")
+    for pod in pods:
+        await client.delete(PODS, pod["metadata"]["name"], NAMESPACE)
+    await converged(client)
+    await patch_policy(
+        client, {"daemonsets": {"updateStrategy": None}, "driver": {"version": None}}
+    )
+    await converged(client)
+
+
+async def policy_events(client: Client) -> list[dict[str, Any]]:
+    """The Events about the policy."""
+    return await client.list(EVENTS, "default", field_selector=f"involvedObject.name={POLICY}")
+
+
+async def test_operand_events_are_recorded(operator: Running, client: Client) -> None:
+    events = await policy_events(client)
+    messages = {(e["reason"], e["message"]) for e in events}
+    assert ("Created", "Created DaemonSet gpuctrl/gpuctrl-toolkit") in messages
+    assert ("Deleted", "Deleted DaemonSet gpuctrl/gpuctrl-driver-debian12") in messages
+    assert {e["source"]["component"] for e in events} == {"gpuctrl-manager"}
+
+
+async def test_the_manager_runs_the_pod_policy_status_controller(
+    operator: Running, client: Client
+) -> None:
+    pod_policies = Resource("gpuctrl.io/v1alpha1", "PodPolicy", "podpolicies", False)
+    body = {"apiVersion": "gpuctrl.io/v1alpha1", "kind": "PodPolicy", "metadata": {"name": "pp"}}
+    await client.create(pod_policies, {**body, "spec": {}})
+
+    async def has_status() -> None:
+        found = (await client.get(pod_policies, "pp")).get("status") or {}
+        assert "Ready" in conditions(found), found
+
+    await eventually(has_status, within=20)
+    await client.delete(pod_policies, "pp")
+
+
+async def test_deleting_the_policy_removes_every_operand(operator: Running, client: Client) -> None:
+    await client.delete(POLICIES, POLICY)
+
+    async def cleaned() -> None:
+        assert await daemonsets(client, NAMESPACE) == {}
+        accounts = await client.list(SERVICE_ACCOUNTS, NAMESPACE, label_selector=MANAGED)
+        assert accounts == []
+        assert await client.list(RUNTIME_CLASSES, label_selector=MANAGED) == []
+
+    await eventually(cleaned, within=60)

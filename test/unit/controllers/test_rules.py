@@ -1,0 +1,211 @@
+"""The controllers' pure rules: node labels, when to apply, DaemonSet readiness, ready nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from api.v1alpha1 import load_cluster_policy
+from controllers._apply import APPLIED_HASH, holds, needs_apply, with_hash
+from controllers._readiness import daemonset_readiness, summary
+from controllers.nodes import label_changes
+from controllers.policy import ready_nodes
+from controllers.render import COMPONENTS, ClusterFacts, NodeFacts, render, render_component
+
+NFD = "feature.node.kubernetes.io/pci-10de.present"
+PRESENT = "nvidia.com/gpu.present"
+DRIVER = "nvidia.com/gpu.deploy.driver"
+PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
+TOOLKIT = "nvidia.com/gpu.deploy.container-toolkit"
+VALIDATOR = "nvidia.com/gpu.deploy.operator-validator"
+ALL = ("driver", "toolkit", "validator", "device-plugin")
+
+
+@pytest.mark.parametrize(
+    ("labels", "enabled", "changes"),
+    [
+        pytest.param(
+            {NFD: "true"},
+            ALL,
+            {PRESENT: "true", DRIVER: "true", TOOLKIT: "true", VALIDATOR: "true", PLUGIN: "true"},
+            id="new-gpu-node",
+        ),
+        pytest.param(
+            {"feature.node.kubernetes.io/pci-0302_10de.present": "true", PRESENT: "true"},
+            ("driver",),
+            {DRIVER: "true"},
+            id="3d-controller-class",
+        ),
+        pytest.param({}, ALL, {}, id="cpu-node-untouched"),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", DRIVER: "paused-for-driver-upgrade", PLUGIN: "false"},
+            ("driver", "device-plugin"),
+            {},
+            id="others-values-kept",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", DRIVER: ""}, ("driver",), {DRIVER: "true"}, id="empty"
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", DRIVER: "true", PLUGIN: "true"},
+            ("driver",),
+            {PLUGIN: None},
+            id="disabled-operand-removed",
+        ),
+        pytest.param(
+            {
+                NFD: "true",
+                PRESENT: "true",
+                DRIVER: "true",
+                "nvidia.com/gpu.deploy.operands": "false",
+            },
+            ALL,
+            {DRIVER: None},
+            id="operands-false",
+        ),
+        pytest.param(
+            {PRESENT: "true", DRIVER: "true", PLUGIN: "false"},
+            ALL,
+            {PRESENT: "false", DRIVER: None},
+            id="gpu-gone",
+        ),
+        pytest.param({PRESENT: "false"}, ALL, {}, id="gpu-gone-settled"),
+    ],
+)
+def test_label_changes(
+    labels: dict[str, str], enabled: tuple[str, ...], changes: dict[str, str | None]
+) -> None:
+    assert label_changes(labels, enabled) == changes
+    settled = {k: v for k, v in {**labels, **changes}.items() if v is not None}
+    assert label_changes(settled, enabled) == {}  # one patch converges
+
+
+@pytest.mark.parametrize(
+    ("actual", "wanted", "expected"),
+    [
+        pytest.param({"a": 1, "b": 2}, {"a": 1}, True, id="server-defaults-ignored"),
+        pytest.param({"a": 2}, {"a": 1}, False, id="drifted-value"),
+        pytest.param({}, {"a": [], "b": {}, "c": None}, True, id="empty-matches-absent"),
+        pytest.param({"l": [{"x": 1, "d": 0}]}, {"l": [{"x": 1}]}, True, id="list-items"),
+        pytest.param({"l": [{"x": 1}, {"x": 2}]}, {"l": [{"x": 1}]}, False, id="extra-item"),
+        pytest.param({"l": None}, {"l": []}, True, id="null-list"),
+        pytest.param({"a": "1"}, {"a": 1}, False, id="types-differ"),
+    ],
+)
+def test_holds(actual: Any, wanted: Any, expected: bool) -> None:
+    assert holds(actual, wanted) is expected
+
+
+def test_needs_apply_on_a_render_change_a_removal_or_drift() -> None:
+    desired = with_hash({"kind": "X", "metadata": {"name": "x"}, "spec": {"a": 1}})
+    stored = {**desired, "spec": {"a": 1, "default": True}}
+    assert not needs_apply(desired, stored)
+    assert needs_apply(desired, None)
+    assert needs_apply(desired, {**stored, "spec": {"a": 2}})
+    fewer = with_hash({"kind": "X", "metadata": {"name": "x"}, "spec": {}})
+    assert needs_apply(fewer, stored)  # the hash tells a removed field
+    assert with_hash(desired) == desired  # re-hashing is stable
+    assert len(desired["metadata"]["annotations"][APPLIED_HASH]) == 20
+
+
+def _ds(strategy: str, status: dict[str, int], generation: int = 2) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "ds", "uid": "u", "generation": 2},
+        "spec": {"updateStrategy": {"type": strategy}},
+        "status": {"observedGeneration": generation, **status},
+    }
+
+
+def _pod(revision: str, phase: str = "Running", ready: str = "True", node: str = "n") -> dict:
+    return {
+        "metadata": {
+            "ownerReferences": [{"uid": "u"}],
+            "labels": {
+                "controller-revision-hash": revision,
+                "app.kubernetes.io/component": "driver",
+            },
+        },
+        "spec": {"nodeName": node},
+        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+REVISIONS = [
+    {
+        "metadata": {"ownerReferences": [{"uid": "u"}], "labels": {"controller-revision-hash": h}},
+        "revision": r,
+    }
+    for h, r in (("old", 1), ("new", 2))
+]
+FULL = {"desiredNumberScheduled": 2, "updatedNumberScheduled": 2, "numberAvailable": 2}
+
+
+@pytest.mark.parametrize(
+    ("ds", "pods", "ready", "done"),
+    [
+        pytest.param(_ds("RollingUpdate", {}), [], 0, True, id="nothing-desired"),
+        pytest.param(_ds("RollingUpdate", FULL), [], 2, True, id="rolling-ready"),
+        pytest.param(_ds("RollingUpdate", FULL, generation=1), [], 0, False, id="not-observed"),
+        pytest.param(
+            _ds("RollingUpdate", {**FULL, "numberAvailable": 1}), [], 1, False, id="rolling"
+        ),
+        pytest.param(
+            _ds("OnDelete", FULL), [_pod("new"), _pod("new")], 2, True, id="ondelete-newest"
+        ),
+        pytest.param(
+            _ds("OnDelete", FULL), [_pod("new"), _pod("old")], 1, False, id="ondelete-stale"
+        ),
+        pytest.param(
+            _ds("OnDelete", FULL),
+            [_pod("new"), _pod("new", ready="False")],
+            1,
+            False,
+            id="ondelete-unready",
+        ),
+    ],
+)
+def test_daemonset_readiness(
+    ds: dict[str, Any], pods: list[dict[str, Any]], ready: int, done: bool
+) -> None:
+    verdict = daemonset_readiness(ds, pods, REVISIONS)
+    assert (verdict.ready, verdict.done) == (ready, done)
+
+
+def test_summary_breaks_down_several_daemonsets() -> None:
+    a = daemonset_readiness(_ds("RollingUpdate", FULL), [], [])
+    b = daemonset_readiness(_ds("RollingUpdate", {**FULL, "numberAvailable": 1}), [], [])
+    assert summary("driver", [("ubuntu22.04", a), ("rhel9.4", b)]) == (
+        "driver: 3/4 nodes ready (ubuntu22.04 2/2, rhel9.4 1/2)"
+    )
+    assert summary("toolkit", [("toolkit", a)]) == "toolkit: 2/2 nodes ready"
+
+
+def test_ready_nodes_needs_every_enabled_component_on_a_gpu_node() -> None:
+    nodes = [{"metadata": {"name": n, "labels": {NFD: "true"}}} for n in ("a", "b")] + [
+        {"metadata": {"name": "cpu", "labels": {}}}
+    ]
+    pods = [_pod("x", node="a"), _pod("x", node="b", ready="False"), _pod("x", node="cpu")]
+    assert ready_nodes(nodes, pods, frozenset({"driver"})) == "1/2"
+    assert ready_nodes(nodes, pods, frozenset()) == "2/2"
+
+
+def test_components_partition_the_render() -> None:
+    os_labels = {
+        "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
+    }
+    facts = ClusterFacts(nodes=(NodeFacts(name="n", labels={NFD: "true", **os_labels}),))
+    policy = load_cluster_policy({"spec": {}})
+    parts = {c: render_component(c, policy, facts) for c in COMPONENTS}
+    for component, objects in parts.items():
+        assert objects
+        assert {o["metadata"]["labels"]["app.kubernetes.io/component"] for o in objects} == {
+            component
+        }
+    key = lambda o: (o["kind"], o["metadata"]["name"], o["metadata"].get("namespace", ""))  # noqa: E731
+    assert sorted(map(key, render(policy, facts))) == sorted(
+        key(o) for objects in parts.values() for o in objects
+    )
+    with pytest.raises(ValueError, match="unknown component"):
+        render_component("dcgm", policy, facts)

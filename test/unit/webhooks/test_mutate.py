@@ -1,0 +1,210 @@
+"""`mutate`: PodPolicies applied to a pod, as a JSON Patch; table-driven."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from api.v1alpha1 import PodPolicy
+from webhooks._mutate import InvalidPod, mutate
+
+WORKLOAD = {"app.kubernetes.io/component": "validator-workloads"}
+
+
+def policy(name: str, **spec: Any) -> PodPolicy:
+    return PodPolicy.model_validate({"metadata": {"name": name}, "spec": spec})
+
+
+def pod(labels: dict[str, str] | None = WORKLOAD, **extra: Any) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"generateName": "cuda-"}
+    if labels is not None:
+        metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": [{"name": "main", "image": "cuda"}]},
+        **extra,
+    }
+
+
+CASES = [
+    pytest.param(
+        pod(),
+        [policy("istio", meshes=["istio"])],
+        [{"op": "add", "path": "/metadata/labels/sidecar.istio.io~1inject", "value": "false"}],
+        id="istio-label-slash-escaped",
+    ),
+    pytest.param(
+        pod(),
+        [policy("a", annotations={"x~y/z": "1"})],
+        [{"op": "add", "path": "/metadata/annotations", "value": {"x~y/z": "1"}}],
+        id="absent-annotations-added-whole",
+    ),
+    pytest.param(
+        pod({**WORKLOAD, "k~1": "old"}),
+        [policy("a", labels={"k~1": "new"})],
+        [{"op": "replace", "path": "/metadata/labels/k~01", "value": "new"}],
+        id="tilde-escaped-replace",
+    ),
+    pytest.param(
+        pod({**WORKLOAD, "sidecar.istio.io/inject": "false"}),
+        [policy("istio", meshes=["istio"])],
+        [],
+        id="already-equal-no-op",
+    ),
+    pytest.param(
+        pod({"app.kubernetes.io/component": "driver"}),
+        [policy("istio", meshes=["istio"])],
+        [],
+        id="other-component-untouched",
+    ),
+    pytest.param(
+        pod(None),
+        [
+            policy(
+                "sel",
+                targets={"components": [], "selector": {"matchLabels": {}}},
+                labels={"a": "b"},
+            )
+        ],
+        [{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}],
+        id="absent-labels-empty-selector-matches",
+    ),
+    pytest.param(
+        pod({"tier": "gpu", "env": "prod"}),
+        [
+            policy(
+                "sel",
+                targets={
+                    "components": [],
+                    "selector": {
+                        "matchExpressions": [
+                            {"key": "tier", "operator": "In", "values": ["gpu"]},
+                            {"key": "env", "operator": "NotIn", "values": ["dev"]},
+                            {"key": "skip", "operator": "DoesNotExist"},
+                            {"key": "env", "operator": "Exists"},
+                        ]
+                    },
+                },
+                labels={"a": "b"},
+            )
+        ],
+        [{"op": "add", "path": "/metadata/labels/a", "value": "b"}],
+        id="match-expressions-all-true",
+    ),
+    pytest.param(
+        pod({"tier": "gpu", "skip": ""}),
+        [
+            policy(
+                "sel",
+                targets={
+                    "components": [],
+                    "selector": {"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]},
+                },
+                labels={"a": "b"},
+            )
+        ],
+        [],
+        id="does-not-exist-fails-on-empty-value",
+    ),
+    pytest.param(
+        pod(),
+        [policy("r", resources={"limits": {"cpu": "1"}, "requests": {"memory": "64Mi"}})],
+        [
+            {
+                "op": "add",
+                "path": "/spec/containers/0/resources",
+                "value": {"limits": {"cpu": "1"}, "requests": {"memory": "64Mi"}},
+            }
+        ],
+        id="resources-on-container-without-any",
+    ),
+]
+
+
+@pytest.mark.parametrize(("original", "policies", "expected"), CASES)
+def test_mutate_patch_and_idempotence(
+    original: dict[str, Any], policies: list[PodPolicy], expected: list[dict[str, Any]]
+) -> None:
+    mutation = mutate(original, policies)
+    assert list(mutation.patch) == expected
+    result = jsonpatch.apply_patch(original, list(mutation.patch))
+    assert list(mutate(result, policies).patch) == [], "a second call must return no patch"
+
+
+def test_resources_set_named_entries_and_keep_others_on_every_container() -> None:
+    original = pod()
+    original["spec"]["containers"].append(
+        {"name": "two", "resources": {"limits": {"cpu": "4", "memory": "1Gi"}}}
+    )
+    original["spec"]["initContainers"] = [{"name": "init", "resources": None}]
+    mutation = mutate(original, [policy("r", resources={"limits": {"cpu": "500m"}})])
+    result = jsonpatch.apply_patch(original, list(mutation.patch))
+    assert result["spec"]["containers"][1]["resources"]["limits"] == {
+        "cpu": "500m",
+        "memory": "1Gi",
+    }
+    assert result["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "500m"}}
+    assert result["spec"]["initContainers"][0]["resources"] == {"limits": {"cpu": "500m"}}
+
+
+def test_policies_apply_in_name_order_and_a_conflict_warns_naming_both() -> None:
+    policies = [policy("zeta", labels={"team": "z"}), policy("alpha", labels={"team": "a"})]
+    mutation = mutate(pod(), policies)
+    result = jsonpatch.apply_patch(pod(), list(mutation.patch))
+    assert result["metadata"]["labels"]["team"] == "z", "the later name wins"
+    assert len(mutation.warnings) == 1
+    assert "zeta" in mutation.warnings[0]
+    assert "alpha" in mutation.warnings[0]
+    assert mutation.changed_by == ("alpha", "zeta")
+
+
+def test_agreeing_policies_do_not_warn() -> None:
+    policies = [policy("a", meshes=["istio"]), policy("b", meshes=["istio", "linkerd"])]
+    mutation = mutate(pod(), policies)
+    assert mutation.warnings == ()
+    assert mutation.changed_by == ("a", "b")
+
+
+def test_a_label_added_by_one_policy_can_target_the_next() -> None:
+    policies = [
+        policy("a", labels={"gpu": "yes"}),
+        policy(
+            "b",
+            targets={"components": [], "selector": {"matchLabels": {"gpu": "yes"}}},
+            annotations={"seen": "b"},
+        ),
+    ]
+    mutation = mutate(pod(), policies)
+    result = jsonpatch.apply_patch(pod(), list(mutation.patch))
+    assert result["metadata"]["annotations"] == {"seen": "b"}
+    assert list(mutate(result, policies).patch) == []
+
+
+def test_the_request_object_is_not_changed() -> None:
+    original = pod()
+    snapshot = pod()
+    mutate(original, [policy("a", meshes=["istio"], resources={"limits": {"cpu": "1"}})])
+    assert original == snapshot
+
+
+@pytest.mark.parametrize(
+    ("broken", "where"),
+    [
+        pytest.param({"metadata": []}, "metadata", id="metadata-list"),
+        pytest.param({"metadata": {"labels": {"a": 1}}}, "metadata.labels", id="label-int"),
+        pytest.param({"spec": {"containers": {}}}, "spec.containers", id="containers-map"),
+        pytest.param({"spec": {"containers": [1]}}, r"spec.containers\[0\]", id="container-int"),
+        pytest.param(
+            {"spec": {"initContainers": [{"resources": {"limits": []}}]}},
+            r"initContainers\[0\].resources.limits",
+            id="limits-list",
+        ),
+    ],
+)
+def test_a_pod_of_the_wrong_shape_is_named(broken: dict[str, Any], where: str) -> None:
+    with pytest.raises(InvalidPod, match=where):
+        mutate(broken, [policy("a", meshes=["istio"])])

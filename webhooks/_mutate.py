@@ -1,0 +1,148 @@
+"""What gpuctrl's webhook does to a pod: a pure function from a pod and PodPolicies to a patch.
+
+`mutate` applies every PodPolicy that targets the pod, in name order, each seeing the pod as
+the previous ones left it: the mesh opt-outs (`mesh_opt_outs`), ``spec.labels`` and
+``spec.annotations`` (an opt-out wins over a label or annotation of the same key in the same
+policy), and each requests/limits entry of ``spec.resources`` on every container and init
+container (entries it does not name are kept). Where two policies set one key to different
+values the later one wins and a warning names both. The patch holds no operation for a value
+that is already equal, so calling `mutate` again on the patched pod yields no patch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from api.v1alpha1 import PodPolicy, mesh_opt_outs, targets_pod
+from gpuctrl.runtime.webhook import patched
+
+__all__ = ["InvalidPod", "Mutation", "mutate"]
+
+
+class InvalidPod(ValueError):
+    """The object is not shaped like a pod where the mutation needs it; the message says where."""
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """The JSON Patch for a pod, the warnings to return, and the policies that changed it."""
+
+    patch: Sequence[Mapping[str, Any]]
+    warnings: tuple[str, ...]
+    changed_by: tuple[str, ...]
+
+
+def mutate(pod: Mapping[str, Any], policies: Iterable[PodPolicy]) -> Mutation:
+    """Apply the PodPolicies targeting ``pod`` (see the module docstring); the pod is the
+    request's object and is not changed. Raises `InvalidPod` on a pod of the wrong shape."""
+    _check_shape(pod)
+    mutated: dict[str, Any] = json.loads(json.dumps(pod))
+    setters: dict[tuple[str, ...], tuple[str, str]] = {}  # field -> (policy, value) that set it
+    warnings: list[str] = []
+    changed_by: list[str] = []
+    for policy in sorted(policies, key=_name):
+        labels = (mutated.get("metadata") or {}).get("labels") or {}
+        if not targets_pod(policy.spec.targets, labels):
+            continue
+        changed = False
+        for field, value in _settings(policy, mutated):
+            changed |= _set(mutated, field, value)
+            previous = setters.get(field)
+            if previous is not None and previous[1] != value:
+                warnings.append(
+                    f"PodPolicy {_name(policy)} sets {_describe(field)} to {value!r}, "
+                    f"overriding {previous[1]!r} of PodPolicy {previous[0]}"
+                )
+            setters[field] = (_name(policy), value)
+        if changed:
+            changed_by.append(_name(policy))
+    return Mutation(patched(pod, mutated).patch, tuple(warnings), tuple(changed_by))
+
+
+def _name(policy: PodPolicy) -> str:
+    return str(policy.metadata.get("name", ""))
+
+
+def _settings(policy: PodPolicy, pod: Mapping[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """(field, value) pairs the policy sets: ``("label", key)``, ``("annotation", key)`` or
+    ``(containers field, index, "requests"/"limits", resource)``."""
+    spec = policy.spec
+    opt_out_labels, opt_out_annotations = mesh_opt_outs(spec.meshes)
+    settings: list[tuple[tuple[str, ...], str]] = []
+    for kind, values in (
+        ("labels", {**spec.labels, **opt_out_labels}),
+        ("annotations", {**spec.annotations, **opt_out_annotations}),
+    ):
+        settings += [((kind, key), value) for key, value in values.items()]
+    if spec.resources is not None:
+        for list_name in ("initContainers", "containers"):
+            for index, _ in enumerate((pod.get("spec") or {}).get(list_name) or ()):
+                for section in ("requests", "limits"):
+                    for resource, quantity in getattr(spec.resources, section).items():
+                        settings.append(((list_name, str(index), section, resource), quantity))
+    return settings
+
+
+def _set(pod: dict[str, Any], field: tuple[str, ...], value: str) -> bool:
+    """Set ``field`` of ``pod`` to ``value``; return whether it had another value."""
+    if field[0] in ("labels", "annotations"):
+        values = _child(_child(pod, "metadata"), field[0])
+        key = field[1]
+    else:
+        list_name, index, section, key = field
+        container = pod["spec"][list_name][int(index)]
+        values = _child(_child(container, "resources"), section)
+    if values.get(key) == value:
+        return False
+    values[key] = value
+    return True
+
+
+def _child(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """``parent[key]``, made an empty map first when absent or null."""
+    if parent.get(key) is None:
+        parent[key] = {}
+    child: dict[str, Any] = parent[key]
+    return child
+
+
+def _describe(field: tuple[str, ...]) -> str:
+    if field[0] in ("labels", "annotations"):
+        return f"{field[0][:-1]} {field[1]}"
+    list_name, index, section, resource = field
+    return f"{list_name}[{index}].resources.{section}.{resource}"
+
+
+def _check_shape(pod: Mapping[str, Any]) -> None:
+    """What `_set` relies on: maps where maps go, lists of maps where containers go."""
+    metadata = _map(pod, "metadata", "metadata")
+    for key in ("labels", "annotations"):
+        values = _map(metadata, key, f"metadata.{key}")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+            raise InvalidPod(f"metadata.{key} must map strings to strings")
+    spec = _map(pod, "spec", "spec")
+    for list_name in ("initContainers", "containers"):
+        containers = spec.get(list_name)
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            raise InvalidPod(f"spec.{list_name} must be a list")
+        for index, container in enumerate(containers):
+            where = f"spec.{list_name}[{index}]"
+            if not isinstance(container, dict):
+                raise InvalidPod(f"{where} must be an object")
+            resources = _map(container, "resources", f"{where}.resources")
+            for section in ("requests", "limits"):
+                _map(resources, section, f"{where}.resources.{section}")
+
+
+def _map(parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidPod(f"{where} must be an object, not {type(value).__name__}")
+    return value

@@ -1,0 +1,182 @@
+"""``gpuctrl webhook``: the admission webhook applying PodPolicies to gpuctrl's pods.
+
+Serves ``POST /mutate-v1-pod`` over HTTPS on ``--bind-address`` with the certificate of
+``--cert-dir`` (reloaded when the files change) or, with ``--manage-certificates``, with a CA
+and serving certificate it keeps itself in the Secret ``gpuctrl-webhook-tls``. With
+``--webhook-url`` it creates and keeps the MutatingWebhookConfiguration ``gpuctrl-pod-policy``
+pointing at that URL. Input errors and an unreachable apiserver exit 2 with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["configure", "run"]
+
+DEFAULT_CERT_DIR = Path(tempfile.gettempdir()) / "k8s-webhook-server" / "serving-certs"
+_INVALID = 2
+
+
+class InvalidInput(Exception):
+    """A flag value or the environment the webhook cannot work with (exit code 2)."""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the flags of ``gpuctrl webhook``."""
+    parser.add_argument(
+        "--kubeconfig", type=Path, help="kubeconfig (default: in-cluster, then ~/.kube/config)"
+    )
+    parser.add_argument(
+        "--namespace",
+        default="gpuctrl",
+        help="the operands' namespace: pods changed, Secret kept (default gpuctrl)",
+    )
+    parser.add_argument(
+        "--bind-address",
+        type=_address,
+        default=("0.0.0.0", 9443),
+        metavar="HOST:PORT",
+        help="where the webhook listens (default :9443)",
+    )
+    parser.add_argument(
+        "--cert-dir",
+        type=Path,
+        default=DEFAULT_CERT_DIR,
+        help=f"folder with tls.crt and tls.key (default {DEFAULT_CERT_DIR})",
+    )
+    parser.add_argument(
+        "--manage-certificates",
+        action="store_true",
+        help="keep a CA and a serving certificate in the Secret gpuctrl-webhook-tls",
+    )
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument(
+        "--webhook-url",
+        type=_webhook_url,
+        metavar="URL",
+        help="create and keep the MutatingWebhookConfiguration calling this https URL",
+    )
+    target.add_argument(
+        "--service-name",
+        default="gpuctrl-webhook",
+        metavar="NAME",
+        help="the Service in front of the webhook (default gpuctrl-webhook)",
+    )
+    parser.add_argument(
+        "--metrics-bind-address",
+        type=_address,
+        default=("0.0.0.0", 8080),
+        metavar="HOST:PORT",
+        help="where Prometheus metrics are served (default :8080)",
+    )
+    parser.add_argument(
+        "--health-probe-bind-address",
+        type=_address,
+        default=("0.0.0.0", 8081),
+        metavar="HOST:PORT",
+        help="where /healthz and /readyz are served (default :8081)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or SIGINT; 2 on bad input or an unreachable apiserver."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        if args.kubeconfig is not None and not args.kubeconfig.is_file():
+            raise InvalidInput(f"cannot load the kubeconfig: {args.kubeconfig} is not a file")
+        asyncio.run(_serve(args))
+    except InvalidInput as error:
+        print(f"gpuctrl webhook: {error}", file=sys.stderr)
+        return _INVALID
+    return 0
+
+
+def serving_names(args: argparse.Namespace) -> list[str]:
+    """The serving certificate's names: the Service's DNS names and the URL's host."""
+    names = [
+        f"{args.service_name}.{args.namespace}.svc",
+        f"{args.service_name}.{args.namespace}.svc.cluster.local",
+    ]
+    if args.webhook_url:
+        names.append(urlsplit(args.webhook_url).hostname or "")
+    return names
+
+
+def client_config(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The configuration's clientConfig when this process keeps it (``--webhook-url``)."""
+    return {"url": args.webhook_url} if args.webhook_url else None
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    # Imported here: `gpuctrl --help` and flag errors never load the Kubernetes client.
+    from gpuctrl.runtime import Manager
+    from gpuctrl.runtime.webhook import WebhookServer
+    from webhooks._certmanager import CertificateManager
+    from webhooks._configuration import ConfigurationKeeper
+    from webhooks._handler import MUTATE_PATH, POD_POLICIES, PodPolicyHandler, PolicySet
+
+    host, port = args.bind_address
+    try:
+        manager = await Manager.create(
+            args.kubeconfig,
+            metrics_bind_address=_joined(args.metrics_bind_address),
+            health_probe_bind_address=_joined(args.health_probe_bind_address),
+        )
+    except Exception as error:  # kubeconfig missing or unreadable: the user's to fix
+        raise InvalidInput(f"cannot load the kubeconfig: {error}") from None
+    await _check_reachable(manager)
+    server = WebhookServer(args.cert_dir, host=host, port=port)
+    policies = PolicySet()
+    manager.cache.informer(POD_POLICIES).add_handler(policies)
+    server.register(MUTATE_PATH, PodPolicyHandler(policies, args.namespace))
+    manager.add(server)
+    if args.manage_certificates:
+        manager.add(
+            CertificateManager(
+                manager.client,
+                args.namespace,
+                args.cert_dir,
+                serving_names(args),
+                client_config=client_config(args),
+                on_files=server.certs.reload,
+            )
+        )
+    elif args.webhook_url:
+        manager.add(ConfigurationKeeper(manager.client, args.cert_dir, {"url": args.webhook_url}))
+    await manager.run()
+
+
+async def _check_reachable(manager: Any) -> None:
+    try:
+        async with asyncio.timeout(10):
+            await manager.client.request("GET", "/version")
+    except Exception as error:
+        await manager.client.api_client.close()
+        host = manager.client.api_client.configuration.host
+        raise InvalidInput(f"the apiserver at {host} is unreachable: {error!r}") from None
+
+
+def _joined(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. :9443)")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _webhook_url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme != "https" or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an https:// URL with a host")
+    return text
