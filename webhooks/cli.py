@@ -18,6 +18,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpuctrl.runtime import Manager
+from gpuctrl.runtime.webhook import WebhookServer
+from webhooks._certmanager import CertificateManager
+from webhooks._configuration import ConfigurationKeeper
+from webhooks._handler import MUTATE_PATH, POD_POLICIES, PodPolicyHandler, PolicySet
+
 __all__ = ["configure", "run"]
 
 DEFAULT_CERT_DIR = Path(tempfile.gettempdir()) / "k8s-webhook-server" / "serving-certs"
@@ -115,13 +121,6 @@ def client_config(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    # Imported here: `gpuctrl --help` and flag errors never load the Kubernetes client.
-    from gpuctrl.runtime import Manager
-    from gpuctrl.runtime.webhook import WebhookServer
-    from webhooks._certmanager import CertificateManager
-    from webhooks._configuration import ConfigurationKeeper
-    from webhooks._handler import MUTATE_PATH, POD_POLICIES, PodPolicyHandler, PolicySet
-
     host, port = args.bind_address
     try:
         manager = await Manager.create(
@@ -137,6 +136,7 @@ async def _serve(args: argparse.Namespace) -> None:
     manager.cache.informer(POD_POLICIES).add_handler(policies)
     server.register(MUTATE_PATH, PodPolicyHandler(policies, args.namespace))
     manager.add(server)
+    manager.add_readyz_check("webhook-certificate", server.ready)
     if args.manage_certificates:
         manager.add(
             CertificateManager(
@@ -153,7 +153,7 @@ async def _serve(args: argparse.Namespace) -> None:
     await manager.run()
 
 
-async def _check_reachable(manager: Any) -> None:
+async def _check_reachable(manager: Manager) -> None:
     try:
         async with asyncio.timeout(10):
             await manager.client.request("GET", "/version")
