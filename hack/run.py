@@ -1,17 +1,19 @@
-"""`make run`: run gpuctrl against $KUBECONFIG, or against a local cluster it starts.
+"""`make run`: run `gpuctrl manager` against $KUBECONFIG, or against a local cluster it starts.
 
 Without KUBECONFIG it starts a local control plane (etcd, kube-apiserver, controller-manager,
 scheduler) with simulated GPU nodes of two OS versions and creates the minimal sample
 ClusterPolicy and the Istio PodPolicy sample. In both cases it installs the CRDs, starts
-``gpuctrl webhook`` (managed certificates, configuration on its loopback URL), renders every
-ClusterPolicy's objects and applies them with server-side apply, then stays in the foreground
-until Ctrl-C, when it stops everything it started. The controllers that will keep those
-objects reconciled are not written yet; until then this applies the render once at start.
+``gpuctrl webhook`` (managed certificates, configuration on its loopback URL) and runs
+`gpuctrl manager` (metrics on $GPUCTRL_METRICS_ADDRESS, default 127.0.0.1:8080; probes on
+$GPUCTRL_PROBE_ADDRESS, default 127.0.0.1:8081) in the foreground until Ctrl-C, when it stops
+everything it started. The manager labels the nodes, applies the operands and keeps them
+converged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -20,10 +22,9 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 
-from api.v1alpha1 import ClusterPolicy
-from controllers.render import ClusterFacts, render
 from gpuctrl.runtime import Client, new_api_client
 from gpuctrl.testing import ControlPlane, SimulatedKubelet, simulated_gpu_nodes
 
@@ -31,12 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FIELD_MANAGER = "gpuctrl"
 OS_RELEASES = (("ubuntu", "22.04"), ("ubuntu", "24.04"))
 NAMESPACE = os.environ.get("GPUCTRL_NAMESPACE", "gpuctrl")
-# NVIDIA's operator labels GPU nodes so; until gpuctrl's node labeller exists the simulated
-# nodes come labelled.
-DEPLOY_LABELS = {
-    f"nvidia.com/gpu.deploy.{operand}": "true"
-    for operand in ("driver", "container-toolkit", "operator-validator", "device-plugin")
-}
+METRICS = os.environ.get("GPUCTRL_METRICS_ADDRESS", "127.0.0.1:8080")
+PROBES = os.environ.get("GPUCTRL_PROBE_ADDRESS", "127.0.0.1:8081")
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -66,24 +63,26 @@ async def _wait_established(client: Client, name: str) -> None:
     raise RuntimeError(f"CRD {name} was not established within 10 s")
 
 
-async def _apply_policies(client: Client) -> int:
-    """Render every ClusterPolicy against the cluster's Nodes and ConfigMaps and apply it."""
-    policies = await client.request("GET", "/apis/gpuctrl.io/v1alpha1/clusterpolicies")
-    count = 0
-    for item in policies["items"]:
-        policy = ClusterPolicy.model_validate(item)
-        namespace = NAMESPACE
-        await _apply(
-            client,
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        )
-        nodes = await client.request("GET", "/api/v1/nodes")
-        config_maps = await client.request("GET", f"/api/v1/namespaces/{namespace}/configmaps")
-        facts = ClusterFacts.from_objects(namespace, nodes["items"], config_maps["items"])
-        for obj in render(policy, facts):
-            await _apply(client, obj)
-            count += 1
-    return count
+async def _manager(kubeconfig: Path) -> asyncio.subprocess.Process:
+    """`gpuctrl manager` on ``kubeconfig``, once its /readyz answers."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpuctrl", "manager",
+        "--kubeconfig", str(kubeconfig),
+        "--namespace", NAMESPACE,
+        "--metrics-bind-address", METRICS,
+        "--health-probe-bind-address", PROBES,
+    )  # fmt: skip
+    async with aiohttp.ClientSession() as session:
+        for _ in range(600):
+            if process.returncode is not None:
+                raise RuntimeError(f"gpuctrl manager exited with {process.returncode}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"http://{PROBES}/readyz") as response:
+                    if response.status == 200:
+                        return process
+            await asyncio.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"gpuctrl manager was not ready on {PROBES} within 60 s")
 
 
 WEBHOOK_PORT = int(os.environ.get("GPUCTRL_WEBHOOK_PORT", "9443"))
@@ -116,9 +115,7 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
             plane = await stack.enter_async_context(
                 ControlPlane(controller_manager=True, scheduler=True)
             )
-            nodes = simulated_gpu_nodes(
-                "gpu-node", count=4, os_releases=OS_RELEASES, labels=DEPLOY_LABELS
-            )
+            nodes = simulated_gpu_nodes("gpu-node", count=4, os_releases=OS_RELEASES)
             await stack.enter_async_context(SimulatedKubelet(plane.kubeconfig, nodes))
             kubeconfig = plane.kubeconfig
         api = await new_api_client(kubeconfig)
@@ -132,16 +129,32 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         await _apply(client, namespace)
         await _start_webhook(stack, kubeconfig)
-        applied = await _apply_policies(client)
-        print(f"applied {applied} objects rendered from the ClusterPolicies", flush=True)
+        manager = await _manager(kubeconfig)
+        stack.push_async_callback(_stop, manager)
+        print(f"gpuctrl manager running: metrics http://{METRICS}/metrics", flush=True)
         kubectl = f"kubectl --kubeconfig {kubeconfig}"
         print(f"kubeconfig: {kubeconfig}", flush=True)
         print(f"look:  {kubectl} get nodes,clusterpolicies", flush=True)
         print(f"       {kubectl} -n {NAMESPACE} get ds,pods -o wide", flush=True)
         print(f"       {kubectl} get podpolicies,mutatingwebhookconfigurations", flush=True)
         print("running; Ctrl-C stops everything", flush=True)
-        await stop.wait()
+        waiting = asyncio.create_task(stop.wait())
+        exited = asyncio.create_task(manager.wait())
+        await asyncio.wait([waiting, exited], return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        exited.cancel()
         print("stopping ...", flush=True)
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(30):
+                await process.wait()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
 
 
 async def main() -> int:

@@ -1,39 +1,65 @@
-"""`make run` end to end: local cluster, CRDs, rendered operands running, clean Ctrl-C."""
+"""`make run` end to end: local cluster, CRDs, `gpuctrl manager` keeping the operands converged
+(labels, DaemonSets, a roll after a spec edit, status, metrics), clean Ctrl-C."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 
-from gpuctrl.runtime import ApiError, Client, new_api_client
+from gpuctrl.runtime import ApiError, Client, Resource, new_api_client
 from gpuctrl.testing import ControlPlane, eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 180.0
 
 
+@dataclass(frozen=True)
+class Run:
+    """A running `make run`: the process, the kubeconfig and everything it printed, and the
+    manager's metrics address."""
+
+    process: asyncio.subprocess.Process
+    kubeconfig: Path
+    output: str
+    metrics: str
+
+
+def _free_addresses(count: int) -> list[str]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [f"127.0.0.1:{sock.getsockname()[1]}" for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 @asynccontextmanager
 async def running_make_run(
     kubeconfig: Path | None = None, namespace: str | None = None
-) -> AsyncIterator[tuple[asyncio.subprocess.Process, Path, str]]:
-    """`hack/run.py` (what `make run` runs) up to its 'running' line.
-
-    Yields the process, the kubeconfig it printed and everything it printed; kills it on exit.
-    """
+) -> AsyncIterator[Run]:
+    """`hack/run.py` (what `make run` runs) up to its 'running' line, the manager's metrics
+    and probes on free loopback ports; kills it on exit."""
     env = {key: value for key, value in os.environ.items() if key != "KUBECONFIG"}
     if kubeconfig is not None:
         env["KUBECONFIG"] = str(kubeconfig)
     if namespace is not None:
         env["GPUCTRL_NAMESPACE"] = namespace
+    metrics, probes = _free_addresses(2)
+    env["GPUCTRL_METRICS_ADDRESS"], env["GPUCTRL_PROBE_ADDRESS"] = metrics, probes
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         str(ROOT / "hack" / "run.py"),
@@ -53,7 +79,7 @@ async def running_make_run(
                 if line.startswith("kubeconfig: "):
                     printed = Path(line.split(": ", 1)[1].strip())
         assert printed is not None, "".join(output)
-        yield process, printed, "".join(output)
+        yield Run(process, printed, "".join(output), metrics)
     finally:
         if process.returncode is None:
             process.kill()
@@ -67,19 +93,22 @@ async def _interrupt(process: asyncio.subprocess.Process) -> None:
 
 
 async def test_make_run_brings_up_operands_and_stops_cleanly() -> None:
-    async with running_make_run() as (process, kubeconfig, _):
-        await _operands_run_then_interrupt(process, kubeconfig)
-    folder = kubeconfig.parent
+    async with running_make_run() as run:
+        await _operands_run_then_interrupt(run)
+    folder = run.kubeconfig.parent
     assert not folder.exists(), f"{folder} was left behind"
     assert not _pids_mentioning(str(folder)), "control plane processes were left running"
 
 
-async def _operands_run_then_interrupt(
-    process: asyncio.subprocess.Process, kubeconfig: Path
-) -> None:
-    async with await new_api_client(kubeconfig) as api:
+POLICIES = Resource("gpuctrl.io/v1alpha1", "ClusterPolicy", "clusterpolicies", False)
+DAEMON_SETS = Resource("apps/v1", "DaemonSet", "daemonsets")
+
+
+async def _operands_run_then_interrupt(run: Run) -> None:
+    async with await new_api_client(run.kubeconfig) as api:
         apps = client.AppsV1Api(api)
         core = client.CoreV1Api(api)
+        raw = Client(api)
 
         async def operands_running() -> None:
             sets = (await apps.list_namespaced_daemon_set("gpuctrl")).items
@@ -94,26 +123,59 @@ async def _operands_run_then_interrupt(
             pods = (await core.list_namespaced_pod("gpuctrl")).items
             assert pods
             assert all(pod.status.phase == "Running" for pod in pods)
+            (policy,) = await raw.list(POLICIES)
+            assert policy["status"]["state"] == "ready", policy["status"]
+            assert policy["status"]["readyNodes"] == "4/4"
 
-        await eventually(operands_running, within=90)
-    await _interrupt(process)
+        await eventually(operands_running, within=120)
+        name = "gpuctrl-driver-ubuntu22.04"
+        before = (await raw.get(DAEMON_SETS, name, "gpuctrl"))["metadata"]["generation"]
+        (policy,) = await raw.list(POLICIES)
+        edit = {"spec": {"driver": {"version": "550.90.07"}}}
+        await raw.merge_patch(POLICIES, policy["metadata"]["name"], edit)
+
+        async def rolled() -> None:
+            ds = await raw.get(DAEMON_SETS, name, "gpuctrl")
+            image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+            assert image.endswith(":550.90.07-ubuntu22.04"), image
+            assert ds["metadata"]["generation"] > before
+
+        await eventually(rolled, within=30)
+        await eventually(operands_running, within=120)
+        await _metrics_served(run.metrics)
+    await _interrupt(run.process)
+
+
+async def _metrics_served(address: str) -> None:
+    async with aiohttp.ClientSession() as session, session.get(f"http://{address}/metrics") as got:
+        text = await got.text()
+    for expected in (
+        'controller_runtime_reconcile_total{controller="driver",result="success"}',
+        "controller_runtime_reconcile_time_seconds_bucket",
+        'workqueue_depth{controller="nodes",name="nodes"}',
+        "leader_election_master_status",
+        "gpuctrl_gpu_nodes 4.0",
+        'gpuctrl_operand_ready_nodes{operand="driver"} 4.0',
+        'gpuctrl_operand_desired_nodes{operand="toolkit"} 4.0',
+    ):
+        assert expected in text, expected
 
 
 async def test_make_run_with_kubeconfig_uses_that_cluster() -> None:
     async with ControlPlane() as plane:
         async with await new_api_client(plane.kubeconfig) as api:
             await _create_cluster_policy(api)
-            async with running_make_run(plane.kubeconfig, namespace="operands") as (
-                process,
-                printed,
-                output,
-            ):
-                assert printed == plane.kubeconfig
-                assert "starting a local control plane" not in output
+            async with running_make_run(plane.kubeconfig, namespace="operands") as run:
+                assert run.kubeconfig == plane.kubeconfig
+                assert "starting a local control plane" not in run.output
                 apps = client.AppsV1Api(api)
-                sets = (await apps.list_namespaced_daemon_set("operands")).items
-                assert "gpuctrl-toolkit" in {ds.metadata.name for ds in sets}
-                await _interrupt(process)
+
+                async def applied() -> None:
+                    sets = (await apps.list_namespaced_daemon_set("operands")).items
+                    assert "gpuctrl-toolkit" in {ds.metadata.name for ds in sets}
+
+                await eventually(applied, within=30)
+                await _interrupt(run.process)
         assert plane.processes, "make run must not stop a cluster it did not start"
 
 

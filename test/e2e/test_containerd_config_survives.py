@@ -1,0 +1,207 @@
+"""Issue 15, "The containerd config survives", end to end: `gpuctrl manager` as a process on a
+local cluster, a ClusterPolicy with the toolkit on, and on two simulated GPU nodes of different
+OS releases the rendered toolkit DaemonSet's agent running for real (bubblewrap) against each
+node's own containerd config.
+
+The node's file gains the ``nvidia`` runtime and keeps runc as it was; a power cut in the
+middle of an install leaves the original or the complete new file and the next run finishes
+it; deleting the ClusterPolicy (pods get SIGTERM with their grace) leaves every file
+byte-identical to what the node had.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tomllib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+
+from gpuctrl.runtime import Client, NotFound, Resource, new_api_client
+from gpuctrl.testing import (
+    ContainerBehavior,
+    ControlPlane,
+    SimulatedKubelet,
+    eventually,
+    simulated_gpu_nodes,
+)
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "test" / "data" / "toolkit" / "containerd"
+NAMESPACE = "gpuctrl"
+CONFIG = "etc/containerd/config.toml"
+STATE = "var/lib/gpuctrl/toolkit"
+# (os_id, version) -> the config containerd left there: a runc runtime with SystemdCgroup.
+SEEDS = {
+    ("ubuntu", "22.04"): (CORPUS / "installer-systemd-cgroup.toml").read_bytes(),  # version 2
+    ("ubuntu", "24.04"): (CORPUS / "containerd-2-v3.toml").read_bytes(),  # containerd 2.x
+}
+CRDS = Resource(
+    "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False
+)
+POLICIES = Resource("gpuctrl.io/v1alpha1", "ClusterPolicy", "clusterpolicies", False)
+PODS = Resource("v1", "Pod", "pods")
+POLICY = {
+    "apiVersion": "gpuctrl.io/v1alpha1",
+    "kind": "ClusterPolicy",
+    "metadata": {"name": "containerd-survives"},
+    "spec": {
+        "driver": {"enabled": False},
+        "validator": {"enabled": False},
+        "devicePlugin": {"enabled": False},
+        # No containerd runs in the sandbox to be told to reload; the config itself is
+        # edited (containerd 2's default config imports conf.d, where auto would write).
+        "toolkit": {"containerd": {"restartMode": "none", "dropInMode": "never"}},
+    },
+}
+
+
+def _runtimes(text: bytes) -> dict[str, Any]:
+    """The CRI runtimes table of a containerd config, version 2 or 3."""
+    plugins = tomllib.loads(text.decode())["plugins"]
+    cri = plugins.get("io.containerd.cri.v1.runtime") or plugins["io.containerd.grpc.v1.cri"]
+    return dict(cri["containerd"]["runtimes"])
+
+
+def _installed(original: bytes, now: bytes) -> None:
+    """``now`` is ``original`` with the nvidia runtime added and runc exactly as it was."""
+    runtimes = _runtimes(now)
+    assert "nvidia" in runtimes, now.decode()
+    assert runtimes["nvidia"]["options"]["BinaryName"].endswith("/nvidia-container-runtime")
+    assert runtimes["runc"] == _runtimes(original)["runc"]
+    assert runtimes["runc"]["options"]["SystemdCgroup"] is True
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def cluster() -> AsyncIterator[tuple[ControlPlane, Client]]:
+    """A control plane of this module's own (controller-manager, scheduler) with gpuctrl's
+    CRDs, and an admin client on it."""
+    async with (
+        ControlPlane(controller_manager=True, scheduler=True) as plane,
+        await new_api_client(plane.kubeconfig) as api,
+    ):
+        admin = Client(api)
+        for path in sorted((ROOT / "config" / "crd").glob("*.yaml")):
+            await admin.apply(CRDS, yaml.safe_load(path.read_text()), field_manager="test")
+
+        async def served() -> None:
+            try:
+                await admin.list(POLICIES)
+            except NotFound as error:
+                raise AssertionError("ClusterPolicies are not served yet") from error
+
+        await eventually(served, within=30)
+        yield plane, admin
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def manager(cluster: tuple[ControlPlane, Client]) -> AsyncIterator[list[str]]:
+    """``gpuctrl manager`` as a process (no leader election); its stderr lines."""
+    plane, _ = cluster
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpuctrl", "manager",
+        "--kubeconfig", str(plane.kubeconfig), "--namespace", NAMESPACE, "--no-leader-elect",
+        "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0",
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    lines: list[str] = []
+
+    async def read() -> None:
+        assert process.stderr is not None
+        async for raw in process.stderr:
+            lines.append(raw.decode(errors="replace"))
+
+    reader = asyncio.create_task(read())
+    try:
+        yield lines
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        code = await asyncio.wait_for(process.wait(), 30)
+        await reader
+        assert code == 0, "".join(lines)
+
+
+async def _toolkit_pods(admin: Client) -> dict[str, dict[str, Any]]:
+    """The toolkit agent's pods by node."""
+    pods = await admin.list(PODS, NAMESPACE)
+    return {
+        p["spec"].get("nodeName", ""): p
+        for p in pods
+        if any(c["name"] == "toolkit" for c in p["spec"]["containers"])
+    }
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+    return conditions.get("Ready") == "True"
+
+
+async def test_containerd_config_survives_install_power_cut_and_policy_deletion(
+    cluster: tuple[ControlPlane, Client], manager: list[str]
+) -> None:
+    plane, admin = cluster
+    nodes = simulated_gpu_nodes("survives", count=2, os_releases=list(SEEDS))
+    async with SimulatedKubelet(plane.kubeconfig, nodes) as kubelet:
+        kubelet.set_behavior(behavior=ContainerBehavior(process=True), image="*/gpuctrl:*")
+        config: dict[str, Path] = {}
+        original: dict[str, bytes] = {}
+        for node in kubelet.nodes:
+            assert node.root is not None
+            config[node.name] = node.root / CONFIG
+            config[node.name].parent.mkdir(parents=True)
+            original[node.name] = SEEDS[(node.os_id, node.os_version)]
+            config[node.name].write_bytes(original[node.name])
+        victim = kubelet.nodes[1]
+        assert victim.root is not None
+
+        await admin.create(POLICIES, POLICY)
+
+        # The power cut: as soon as the agent's journal appears on the victim, the install
+        # is under way; every process of the node is SIGKILLed there and then.
+        async def journal_begun() -> None:
+            assert (victim.root / STATE).is_dir(), await _toolkit_pods(admin)
+
+        await eventually(journal_begun, within=40, interval=0.01)
+        await kubelet.restart_node(victim.name)
+        after_cut = config[victim.name].read_bytes()
+        if after_cut != original[victim.name]:
+            _installed(original[victim.name], after_cut)
+
+        async def all_ready() -> None:
+            pods = await _toolkit_pods(admin)
+            assert sorted(pods) == sorted(config), pods
+            for node, pod in pods.items():
+                assert _ready(pod), (node, pod.get("status"))
+                # The toolkit container has no readinessProbe (Ready is its being alive),
+                # so this is retried until the file has the runtime.
+                _installed(original[node], config[node].read_bytes())
+
+        await eventually(all_ready, within=120)
+
+        async def policy_ready() -> None:
+            status = (await admin.get(POLICIES, POLICY["metadata"]["name"])).get("status", {})
+            conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+            assert conditions.get("ToolkitReady") == "True", status
+
+        await eventually(policy_ready, within=60)
+        restarts = (await _toolkit_pods(admin))[victim.name]["status"]["containerStatuses"]
+        assert restarts[0]["restartCount"] == 1
+
+        # Deleting the ClusterPolicy: the DaemonSet goes, its pods get SIGTERM and their
+        # grace, each agent undoes what its journal records.
+        await admin.delete(POLICIES, POLICY["metadata"]["name"])
+
+        async def gone() -> None:
+            assert await _toolkit_pods(admin) == {}
+
+        await eventually(gone, within=120)
+        for node, path in config.items():
+            assert path.read_bytes() == original[node], node
