@@ -17,6 +17,7 @@ from controllers._cluster import Policy, honoured, informer, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, NODES, PODS
 from controllers._status import PolicyStatus, condition
 from controllers.nodes import DEPLOY_LABELS, LABELLED, enabled_components, is_gpu
+from controllers.repoconfig import REPO_CONFIG_READY
 from gpuctrl.runtime import (
     Controller,
     Event,
@@ -30,7 +31,14 @@ from gpuctrl.runtime import (
 __all__ = ["CONDITIONS", "READY", "ready_nodes", "setup"]
 
 READY = "Ready"
-CONDITIONS = (LABELLED, "DriverReady", "ToolkitReady", "ValidatorReady", "DevicePluginReady")
+CONDITIONS = (
+    LABELLED,
+    REPO_CONFIG_READY,
+    "DriverReady",
+    "ToolkitReady",
+    "ValidatorReady",
+    "DevicePluginReady",
+)
 """The conditions of the other controllers that ``Ready`` aggregates."""
 _COMPONENT = "app.kubernetes.io/component"
 
