@@ -27,6 +27,7 @@ from controllers._cluster import (
     cluster_facts,
     honoured,
     informer,
+    node_role_changed,
     owned_objects,
     to_honoured,
 )
@@ -50,7 +51,6 @@ from gpuctrl.runtime import (
     Request,
     Result,
     generation_changed,
-    labels_changed,
     resource_version_changed,
     set_controller_reference,
 )
@@ -108,7 +108,7 @@ def setup_operand(
     policy = to_honoured(cache)
     ours = _component_is(operand.component)
     controller.watch(informer(cache, CLUSTER_POLICIES, namespace), policy, (generation_changed,))
-    controller.watch(informer(cache, NODES, namespace), policy, (labels_changed,))
+    controller.watch(informer(cache, NODES, namespace), policy, (node_role_changed,))
     controller.watch(informer(cache, CONFIG_MAPS, namespace), policy, (resource_version_changed,))
     for resource in (*OWNED.values(), PODS, CONTROLLER_REVISIONS):
         if resource != CONFIG_MAPS:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controllers._cluster import Policy, honoured, informer, to_honoured
+from controllers._cluster import Policy, honoured, informer, node_role_changed, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, NODES, PODS
 from controllers._status import PolicyStatus, condition
 from controllers.nodes import DEPLOY_LABELS, LABELLED, enabled_components, is_gpu
@@ -24,7 +24,6 @@ from gpuctrl.runtime import (
     Manager,
     Request,
     Result,
-    labels_changed,
     resource_version_changed,
 )
 
@@ -117,6 +116,6 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
     controller.watch(policies, predicates=(resource_version_changed,))
     controller.watch(policies, to_honoured(cache), (deleted,))
     controller.watch(pods, to_honoured(cache), (resource_version_changed,))
-    controller.watch(nodes, to_honoured(cache), (labels_changed,))
+    controller.watch(nodes, to_honoured(cache), (node_role_changed,))
     manager.add(controller)
     return controller

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from prometheus_client import Gauge
 
 from api.v1alpha1 import ClusterPolicy
-from controllers._cluster import cluster_facts, honoured, informer, to_honoured
+from controllers._cluster import cluster_facts, honoured, informer, node_role_changed, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, CONFIG_MAPS, NODES
 from controllers._status import PolicyStatus, condition
 from controllers.render import ClusterFacts, check_repo_config
@@ -26,7 +26,6 @@ from gpuctrl.runtime import (
     Request,
     Result,
     generation_changed,
-    labels_changed,
     resource_version_changed,
 )
 
@@ -80,6 +79,6 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
     policies = to_honoured(cache)
     controller.watch(informer(cache, CLUSTER_POLICIES, namespace), policies, (generation_changed,))
     controller.watch(informer(cache, CONFIG_MAPS, namespace), policies, (resource_version_changed,))
-    controller.watch(informer(cache, NODES, namespace), policies, (labels_changed,))
+    controller.watch(informer(cache, NODES, namespace), policies, (node_role_changed,))
     manager.add(controller)
     return controller
