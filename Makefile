@@ -5,7 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export GPUCTRL_ENVTEST_ASSETS ?= $(HOME)/.cache/gpuctrl/envtest/1.20.2
-# Debian packages the tests talk to for real (containerd's parser and daemon).
+# Debian packages the tests talk to for real (containerd's parser and daemon; bubblewrap
+# sandboxes the simulated kubelet's process-backed containers).
 TEST_DEBIAN_PACKAGES := containerd dpkg-dev gnupg apt-utils bubblewrap
 
 .PHONY: run test lint unit integration e2e bench manifests envtest test-deps clean

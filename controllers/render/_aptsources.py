@@ -244,7 +244,7 @@ def _conflict(
 class _Field:
     line: int
     name: str  # as written
-    lines: tuple[tuple[int, str], ...]  # (line, text) of the value; " ." lines are empty
+    lines: list[tuple[int, str]]  # (line, text) of the value; " ." lines are empty
 
     @property
     def value(self) -> str:
@@ -287,10 +287,8 @@ def _stanzas(text: str, findings: list[Finding]) -> Iterator[tuple[int, dict[str
                 message = "a continuation line before any field belongs to no field"
                 findings.append(Finding(number, "warning", message))
                 continue
-            previous = fields[last]
             extra = "" if raw.strip() == "." else raw.strip()
-            lines = (*previous.lines, (number, extra))
-            fields[last] = _Field(previous.line, previous.name, lines)
+            fields[last].lines.append((number, extra))
             continue
         match = _FIELD.match(raw)
         if match is None:
@@ -304,7 +302,7 @@ def _stanzas(text: str, findings: list[Finding]) -> Iterator[tuple[int, dict[str
             findings.append(Finding(number, "error", f"field {name!r} is given twice"))
             last = None
             continue
-        fields[name.lower()] = _Field(number, name, ((number, value),))
+        fields[name.lower()] = _Field(number, name, [(number, value)])
         last = name.lower()
 
 

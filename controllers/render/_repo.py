@@ -33,10 +33,12 @@ from controllers.render._osfamily import (
 )
 from controllers.render._pem import certificate_findings
 from controllers.render._readers import inside, parse, used_folders
-from controllers.render._repofile import Entry, Finding, LocalPath
+from controllers.render._repofile import Entry, Finding, LocalPath, Severity
 
-__all__ = ["RepoProblem", "check_repo_config"]
+__all__ = ["MAX_PER_KEY", "RepoProblem", "check_repo_config"]
 
+# The most problems reported for one ConfigMap key.
+MAX_PER_KEY = 20
 _REPO = "spec.driver.repoConfig.configMapName"
 _CERTS = "spec.driver.certConfig.name"
 _LOCAL = "spec.driver.repoConfig.nodeLocalPaths"
@@ -134,8 +136,7 @@ def _repo_problems(
     for key in sorted(repo.data):
         if covered and not any(family.reads(key) for family in families):
             problems.append(RepoProblem("warning", _unread(repo, key)))
-        where = f"ConfigMap {repo.name!r} key {key!r}"
-        problems += [_problem(where, f) for f in sorted(findings[key], key=lambda f: f.line)]
+        problems += _reported(f"ConfigMap {repo.name!r} key {key!r}", findings[key])
     if covered:
         for family in families:
             if not any(family.reads(key) for key in repo.data):
@@ -166,6 +167,20 @@ def _findings(
             for key, finding in signed_by_conflicts(list(parsed.items())):
                 findings[key].append(finding)
     return findings
+
+
+def _reported(where: str, findings: list[Finding]) -> list[RepoProblem]:
+    """The findings of one key by line, at most `MAX_PER_KEY` (then one line saying how many
+    more), so a hostile file cannot flood the controller's Events."""
+    ordered = sorted(findings, key=lambda f: (f.severity != "error", f.line))
+    shown = sorted(ordered[:MAX_PER_KEY], key=lambda f: f.line)
+    problems = [_problem(where, f) for f in shown]
+    rest = ordered[MAX_PER_KEY:]
+    if rest:
+        severity: Severity = "error" if any(f.severity == "error" for f in rest) else "warning"
+        message = f"{where}: {len(rest)} more problem(s) from line {rest[0].line} on, not shown"
+        problems.append(RepoProblem(severity, message))
+    return problems
 
 
 def _unread(repo: ConfigMapFacts, key: str) -> str:
@@ -219,5 +234,5 @@ def _cert_problems(certs: ConfigMapFacts, now: datetime, apt: bool) -> list[Repo
                 f"from {APT.ca_folder}, so it ignores this one"
             )
             problems.append(RepoProblem("warning", message))
-        problems += [_problem(where, f) for f in certificate_findings(certs.data[key], now)]
+        problems += _reported(where, certificate_findings(certs.data[key], now))
     return problems

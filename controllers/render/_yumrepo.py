@@ -58,6 +58,7 @@ def parse_repo_file(text: str, schemes: tuple[str, ...]) -> ParsedFile:
 
 def _sections(text: str, findings: list[Finding]) -> list[_Section]:
     sections: list[_Section] = []
+    names: set[str] = set()
     last: str | None = None
     for number, raw in enumerate(file_lines(text), start=1):
         line = raw.strip()
@@ -69,7 +70,7 @@ def _sections(text: str, findings: list[Finding]) -> list[_Section]:
         last = None
         match = _SECTION.match(line)
         if match:
-            _add_section(sections, number, match.group(1).strip(), findings)
+            _add_section(sections, names, number, match.group(1).strip(), findings)
             continue
         key, equals, value = line.partition("=")
         key = key.strip().lower()
@@ -85,12 +86,15 @@ def _sections(text: str, findings: list[Finding]) -> list[_Section]:
     return sections
 
 
-def _add_section(sections: list[_Section], number: int, name: str, findings: list[Finding]) -> None:
+def _add_section(
+    sections: list[_Section], names: set[str], number: int, name: str, findings: list[Finding]
+) -> None:
     if not _ID.match(name):
         message = f"repository id [{name}] may hold only letters, digits and '-_.:'"
         findings.append(Finding(number, "error", message))
-    if any(section.name == name for section in sections):
+    if name in names:
         findings.append(Finding(number, "error", f"repository [{name}] is defined twice"))
+    names.add(name)
     sections.append(_Section(number, name, {}))
 
 

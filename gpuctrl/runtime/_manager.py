@@ -20,6 +20,9 @@ HTTP servers stop with what is left of the budget, and the API client is closed.
 Lease, at any time, cancels the leader runnables at once, shuts down the same way and raises
 `LeaderElectionLost`.
 
+The shutdown budget is one deadline on the manager's clock rather than anyio cancel scopes:
+``fail_after`` and friends run on the event loop's own time, which a `FakeClock` cannot drive.
+
 Time: one `Clock` (``clock``, `SystemClock` unless given) flows from the manager to the client
 (pacing), the cache's informers (resyncs, reflector backoff), the controllers (queue delays,
 rate limits, drain), the leader election (retry, renew deadline) and the shutdown budget.

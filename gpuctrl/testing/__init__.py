@@ -3,11 +3,11 @@
 The Python counterpart of controller-runtime's envtest: etcd and kube-apiserver (optionally
 kube-controller-manager and kube-scheduler) on loopback (`ControlPlane`), simulated GPU nodes
 whose pods move through a realistic lifecycle (`SimulatedKubelet`, `SimulatedNode`,
-`ContainerBehavior`), a fake clock, an Istio-like sidecar injector (`MeshInjector`),
-Secret volumes swapped as the kubelet does (`write_secret_volume`),
-`eventually` for polling, and pytest fixtures
-(`gpuctrl.testing.pytest_plugin`, loaded automatically by pytest: `control_plane`, `kube_api`,
-`namespace`, `gpu_nodes`).
+`ContainerBehavior`) or run for real as sandboxed local processes (`ContainerBehavior.process`,
+`SimulatedNode.root`, `SimulatedKubelet.restart_node`), a fake clock, an Istio-like sidecar
+injector (`MeshInjector`), Secret volumes swapped as the kubelet does (`write_secret_volume`),
+`eventually` for polling, and pytest fixtures (`gpuctrl.testing.pytest_plugin`, loaded
+automatically by pytest: `control_plane`, `kube_api`, `namespace`, `gpu_nodes`).
 """
 
 from ._behavior import BEHAVIOR_ANNOTATION, BehaviorError, ContainerBehavior

@@ -3,7 +3,8 @@
 In order, the first that applies wins:
 1. the pod annotation `testing.gpuctrl.io/behavior`, a JSON object from container name to a
    behavior, e.g. ``{"istio-proxy": {"neverExits": true}, "cuda": {"exitCode": 1}}``;
-2. rules added by `SimulatedKubelet.set_behavior`, the most recent first;
+2. rules added by `SimulatedKubelet.set_behavior` (by pod, container name and image), the
+   most recent first;
 3. the default: containers of pods with restartPolicy Always (DaemonSets, Deployments) run
    forever and are Ready; init containers and containers of Never/OnFailure pods exit 0 after
    a short run.
@@ -11,6 +12,7 @@ In order, the first that applies wins:
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,8 +41,12 @@ class ContainerBehavior(BaseModel):
     It runs `run_seconds`, then exits with `exit_code` - unless `never_exits` (a server, a mesh
     sidecar). With `image_pull_fails` it never starts: ErrImagePull, then ImagePullBackOff.
     `ready` is whether it passes its readiness probe while running. `log` is what it writes
-    (every run), served as a kubelet serves ``kubectl logs``. In the annotation the fields are
-    camelCase (`exitCode`, `runSeconds`, `neverExits`, `imagePullFails`, `ready`, `log`).
+    (every run), served as a kubelet serves ``kubectl logs``. With `process` the container is
+    not simulated but run for real as a local process in a bubblewrap sandbox (see
+    `gpuctrl.testing._container`): its exit code, log and readiness are the process's, and
+    the other fields but `image_pull_fails` are ignored. In the annotation the fields are
+    camelCase (`exitCode`, `runSeconds`, `neverExits`, `imagePullFails`, `ready`, `log`,
+    `process`).
     """
 
     model_config = ConfigDict(
@@ -53,6 +59,7 @@ class ContainerBehavior(BaseModel):
     image_pull_fails: bool = False
     ready: bool = True
     log: str = ""
+    process: bool = False
 
 
 _RUNS_FOREVER = ContainerBehavior(never_exits=True)
@@ -68,9 +75,13 @@ class _Rule:
     behavior: ContainerBehavior
     match: PodMatch | None
     container: str | None
+    image: str | None  # a glob (fnmatch) the container's image must match
 
-    def applies(self, pod: Mapping[str, Any], container: str) -> bool:
-        if self.container is not None and self.container != container:
+    def applies(self, pod: Mapping[str, Any], container: Mapping[str, Any]) -> bool:
+        if self.container is not None and self.container != container["name"]:
+            return False
+        image = container.get("image", "")
+        if self.image is not None and not fnmatch.fnmatchcase(image, self.image):
             return False
         return self.match is None or self.match(pod)
 
@@ -82,10 +93,15 @@ class BehaviorRules:
         self._rules: list[_Rule] = []
 
     def add(
-        self, behavior: ContainerBehavior, match: PodMatch | None, container: str | None
+        self,
+        behavior: ContainerBehavior,
+        match: PodMatch | None,
+        container: str | None,
+        image: str | None = None,
     ) -> None:
-        """Apply `behavior` to `container` (None: any) of pods `match` accepts (None: any)."""
-        self._rules.append(_Rule(behavior, match, container))
+        """Apply `behavior` to `container` (None: any) whose image matches the glob `image`
+        (None: any) of pods `match` accepts (None: any)."""
+        self._rules.append(_Rule(behavior, match, container, image))
 
     def for_pod(self, pod: Mapping[str, Any]) -> dict[str, ContainerBehavior]:
         """The behavior of every init container and container of `pod`, by name.
@@ -102,10 +118,12 @@ class BehaviorRules:
         ):
             for container in spec.get(kind) or []:
                 name = container["name"]
-                result[name] = annotated.get(name) or self._from_rules(pod, name) or default
+                result[name] = annotated.get(name) or self._from_rules(pod, container) or default
         return result
 
-    def _from_rules(self, pod: Mapping[str, Any], container: str) -> ContainerBehavior | None:
+    def _from_rules(
+        self, pod: Mapping[str, Any], container: Mapping[str, Any]
+    ) -> ContainerBehavior | None:
         for rule in reversed(self._rules):
             if rule.applies(pod, container):
                 return rule.behavior

@@ -8,6 +8,12 @@ the pure lifecycle of `_podsim` and merge-patches the status subresource wheneve
 then ends once nothing more will happen by itself.
 A pod being deleted is deleted with grace period 0, as a kubelet does once its containers stop.
 
+A container whose behavior has `ContainerBehavior.process` (chosen per pod, container or image
+with `set_behavior`, or by the pod's annotation) runs for real as a local process in a
+bubblewrap sandbox (`_podprocs`): its exit code, log and readiness are the process's; deleting
+the pod sends it SIGTERM, waits the grace period, then SIGKILL; `restart_node` is a power cut.
+Each node has its own folder (`SimulatedNode.root`) that ``hostPath`` volumes come from.
+
 API calls go through `gpuctrl.runtime.Client` (raw JSON), at most `_CONCURRENCY` at a time;
 transient errors (e.g. during `ControlPlane.restart_apiserver`) are retried. The nodes' kubelet
 endpoint (`_logs.LogServer`, HTTPS on loopback) serves container logs, so ``kubectl logs`` works
@@ -17,9 +23,13 @@ through the apiserver; exec and port-forward are not available.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import dataclasses
 import datetime
 import logging
+import shutil
+import tempfile
 from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +37,13 @@ from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
+import yaml
 
 from gpuctrl.runtime import ApiError, Client, Gone, new_api_client
 
 from ._behavior import BehaviorError, BehaviorRules, ContainerBehavior, PodMatch
+from ._bwrap import ETC_FILES, Entry, host_entry
+from ._container import Cluster, PodContext, python_roots
 from ._logs import LogServer
 from ._nodes import (
     NODE_LEASE_NAMESPACE,
@@ -40,7 +53,16 @@ from ._nodes import (
     node_manifest,
     node_spec_patch,
 )
-from ._podsim import PodSim, advance, config_error_pod, new_pod, next_due
+from ._podprocs import PodProcesses
+from ._podsim import (
+    PodSim,
+    advance,
+    config_error_pod,
+    new_pod,
+    next_due,
+    pod_phase,
+    rebooted,
+)
 from ._podstatus import pod_status
 
 __all__ = ["SimulatedKubelet"]
@@ -57,6 +79,10 @@ _NODES = "/api/v1/nodes"
 _LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases"
 _TRANSIENT = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
 _MERGE_PATCH = "application/merge-patch+json"
+_DEFAULT_GRACE_SECONDS = 30
+_FINAL = ("Succeeded", "Failed")
+# What the sandbox of a process-backed container shows of the host, read-only.
+_SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", *ETC_FILES)
 
 
 @dataclass
@@ -94,13 +120,19 @@ class SimulatedKubelet:
         self._pods: dict[str, tuple[str, asyncio.Task[None]]] = {}  # uid -> (node, runner)
         # (namespace, name) -> the pod as last simulated, until it is deleted: for its logs.
         self._sims: dict[tuple[str, str], PodSim] = {}
-        self._log_server = LogServer(lambda namespace, name: self._sims.get((namespace, name)))
+        self._log_server = LogServer(
+            lambda namespace, name: self._sims.get((namespace, name)), self._process_log
+        )
         self._kubelet_port = 0  # of the log server, once started
         self._finalizing: set[str] = set()  # uids of pods being deleted
         self._renewing: set[str] = set()  # nodes whose Lease renewal is in flight
         self._tasks: set[asyncio.Task[None]] = set()
         self._client: Client | None = None
         self._limit = asyncio.Semaphore(_CONCURRENCY)
+        self._directory: Path | None = None  # nodes' default roots, pods' volumes and logs
+        self._cluster: Cluster | None = None
+        self._processes: dict[str, PodProcesses] = {}  # uid -> its process-backed containers
+        self._system: list[Entry] | None = None  # host paths shown in sandboxes, on first use
 
     @property
     def nodes(self) -> list[SimulatedNode]:
@@ -113,19 +145,25 @@ class SimulatedKubelet:
         behavior: ContainerBehavior,
         match: PodMatch | Mapping[str, str] | None = None,
         container: str | None = None,
+        image: str | None = None,
     ) -> None:
-        """Make `container` (None: every container) of the pods `match` selects behave so.
+        """Make `container` (None: every container) whose image matches the glob `image`
+        (None: any) of the pods `match` selects behave so.
 
         `match` is a predicate on the pod (a JSON dict) or labels the pod must carry; None
         selects every pod. Applies to pods started afterwards; the latest matching rule wins,
-        and a pod's `testing.gpuctrl.io/behavior` annotation wins over every rule.
+        and a pod's `testing.gpuctrl.io/behavior` annotation wins over every rule. E.g.
+        ``set_behavior(behavior=ContainerBehavior(process=True), image="*/gpuctrl:*")`` runs
+        every gpuctrl container for real.
         """
         if isinstance(match, Mapping):
             match = _has_labels(dict(match))
-        self._rules.add(behavior, match, container)
+        self._rules.add(behavior, match, container, image)
 
     async def __aenter__(self) -> Self:
         self._client = Client(await new_api_client(self._kubeconfig))
+        self._directory = Path(tempfile.mkdtemp(prefix="gpuctrl-kubelet-"))
+        self._cluster = _cluster(self._kubeconfig)
         try:
             self._kubelet_port = await self._log_server.start()
             self._spawn(self._watch_pods())
@@ -158,19 +196,43 @@ class SimulatedKubelet:
         await self._scan_pods()  # pods bound to these names before they registered
 
     async def remove_nodes(self, names: Iterable[str]) -> None:
-        """Stop running the pods of these nodes and delete their Nodes and Leases."""
+        """Stop running the pods of these nodes (their processes are killed) and delete their
+        Nodes and Leases."""
         names = [name for name in names if self._nodes.pop(name, None) is not None]
+        await self._power_off(names)
+        await asyncio.gather(*(self._unregister(name) for name in names))
+
+    async def restart_node(self, name: str) -> None:
+        """A power cut and reboot of node `name`: every process of its pods is SIGKILLed at
+        once (no signal handler runs), then its pods start again from their init containers,
+        each container's restart count one higher, as a kubelet restarts them after a reboot.
+        Returns once the pods are started again."""
+        if name not in self._nodes:
+            raise KeyError(f"no simulated node {name!r}")
+        await self._power_off([name], reboot=True)
+        await self._scan_pods()
+
+    async def _power_off(self, names: list[str], *, reboot: bool = False) -> None:
+        """Cancel the pod runners of the nodes `names` and SIGKILL their processes; with
+        `reboot`, pods that had finished (Succeeded, Failed) stay finished."""
+        finished = {sim.uid for sim in self._sims.values() if pod_phase(sim) in _FINAL}
         for uid, (node, runner) in list(self._pods.items()):
-            if node in names:
+            if node in names and not (reboot and uid in finished):
                 runner.cancel()
                 del self._pods[uid]
-        await asyncio.gather(*(self._unregister(name) for name in names))
+        doomed = [p for p in self._processes.values() if p.context.node_name in names]
+        await asyncio.gather(*(p.kill() for p in doomed))
+        if not reboot:
+            for uid in [u for u, p in self._processes.items() if p in doomed]:
+                del self._processes[uid]
 
     async def _shut_down(self) -> None:
         tasks = list(self._tasks)  # the pod runners among them
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(p.kill() for p in self._processes.values()))
+        self._processes.clear()
         try:
             async with asyncio.timeout(_SHUTDOWN_SECONDS):
                 await self.remove_nodes(list(self._nodes))
@@ -180,8 +242,16 @@ class SimulatedKubelet:
             await self._log_server.stop()
             assert self._client is not None
             await self._client.api_client.close()
+            if self._directory is not None:
+                shutil.rmtree(self._directory, ignore_errors=True)
 
     async def _register(self, node: SimulatedNode) -> None:
+        root = node.root
+        if root is None:
+            assert self._directory is not None
+            root = self._directory / "nodes" / node.name
+            node = dataclasses.replace(node, root=root)
+        root.mkdir(parents=True, exist_ok=True)
         now = _now()
         created = await self._request(
             "POST", _NODES, body=node_manifest(node, now, self._kubelet_port)
@@ -276,11 +346,15 @@ class SimulatedKubelet:
             key = (metadata["namespace"], metadata["name"])
             if key in self._sims and self._sims[key].uid == uid:
                 del self._sims[key]
+            processes = self._processes.pop(uid, None)
+            if processes is not None:  # deleted at once (grace 0), or its node is gone
+                self._spawn(_remove(processes))
         elif metadata.get("deletionTimestamp"):
             self._forget(uid)
             if uid not in self._finalizing:
                 self._finalizing.add(uid)
-                self._spawn(self._finalize(metadata["namespace"], metadata["name"], uid))
+                grace = metadata.get("deletionGracePeriodSeconds", _DEFAULT_GRACE_SECONDS)
+                self._spawn(self._finalize(metadata["namespace"], metadata["name"], uid, grace))
         elif uid not in self._pods:
             self._pods[uid] = (node.spec.name, self._spawn(self._run_pod(pod, node)))
 
@@ -293,6 +367,7 @@ class SimulatedKubelet:
         """Drive `pod` through its lifecycle until nothing more happens by itself."""
         now = _now()
         host_ip = node.spec.internal_ip
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
         try:
             behaviors = self._rules.for_pod(pod)
         except BehaviorError as error:
@@ -300,10 +375,15 @@ class SimulatedKubelet:
             sim = config_error_pod(pod, str(error), host_ip=host_ip, now=now)
         else:
             sim = new_pod(pod, behaviors, host_ip=host_ip, pod_ip=node.next_pod_ip(), now=now)
+            before = self._sims.get(key)
+            if before is not None and before.uid == sim.uid:  # its node rebooted
+                sim = rebooted(before, sim)
+        processes = self._pod_processes(pod, node, sim)
         sent: dict[str, Any] | None = None
-        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
         while True:
             sim = advance(sim, _now())
+            if processes is not None:
+                sim = await processes.start_due(sim)
             self._sims[key] = sim
             status = pod_status(sim)
             if status != sent:
@@ -311,9 +391,50 @@ class SimulatedKubelet:
                     return
                 sent = status
             due = next_due(sim)
-            if due is None:
-                return
-            await asyncio.sleep(max(0.0, (due - _now()).total_seconds()))
+            if processes is None or not (processes.alive or due is not None):
+                if due is None:
+                    return
+                await asyncio.sleep(max(0.0, (due - _now()).total_seconds()))
+                continue
+            wait = None if due is None else max(0.0, (due - _now()).total_seconds())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    sim = processes.apply(sim, await processes.events.get())
+
+    def _pod_processes(
+        self, pod: Mapping[str, Any], node: _Node, sim: PodSim
+    ) -> PodProcesses | None:
+        """The processes of the pod's process-backed containers (None: it has none)."""
+        if not any(c.behavior.process for c in sim.containers):
+            return None
+        assert self._directory is not None
+        assert self._cluster is not None
+        assert node.spec.root is not None
+        if self._system is None:
+            self._system = _system_roots()
+        context = PodContext(
+            pod=pod,
+            node_name=node.spec.name,
+            node_root=node.spec.root,
+            pod_dir=self._directory / "pods" / sim.uid,
+            host_ip=sim.host_ip,
+            pod_ip=sim.pod_ip,
+        )
+        processes = PodProcesses(context, self._cluster, self._api_request, self._system)
+        self._processes[sim.uid] = processes
+        return processes
+
+    async def _api_request(self, method: str, path: str, body: Any) -> Any:
+        return await self._request(method, path, body=body)
+
+    def _process_log(self, sim: PodSim, container: str, run: int) -> str:
+        processes = self._processes.get(sim.uid)
+        if processes is None:
+            return ""
+        try:
+            return processes.log_file(container, run).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     async def _patch_pod_status(self, metadata: Mapping[str, Any], status: dict[str, Any]) -> bool:
         """Patch the status; False when the pod is gone or was replaced (another uid)."""
@@ -327,8 +448,12 @@ class SimulatedKubelet:
             raise
         return True
 
-    async def _finalize(self, namespace: str, name: str, uid: str) -> None:
-        """The containers are "stopped" at once: remove the pod for good."""
+    async def _finalize(self, namespace: str, name: str, uid: str, grace: float) -> None:
+        """Stop the pod's processes (SIGTERM, `grace` seconds, SIGKILL; simulated containers
+        stop at once), then remove the pod for good."""
+        processes = self._processes.get(uid)
+        if processes is not None:
+            await processes.stop(grace)
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
         with contextlib.suppress(ApiError):  # 404 gone, 409 replaced: nothing to do
@@ -387,3 +512,28 @@ def _has_labels(labels: dict[str, str]) -> PodMatch:
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+async def _remove(processes: PodProcesses) -> None:
+    """Kill what is left of a deleted pod's processes and remove its folder."""
+    await processes.kill()
+    await asyncio.to_thread(shutil.rmtree, processes.context.pod_dir, True)
+
+
+def _system_roots() -> list[Entry]:
+    """The host paths a sandbox shows read-only: the system and this Python, where present."""
+    return [e for path in (*_SYSTEM_ROOTS, *python_roots()) if (e := host_entry(path))]
+
+
+def _cluster(kubeconfig: Path) -> Cluster:
+    """The apiserver's URL and CA certificate, from the kubelet's own kubeconfig."""
+    document = yaml.safe_load(kubeconfig.read_text())
+    contexts = {c["name"]: c["context"] for c in document.get("contexts") or []}
+    current = contexts.get(document.get("current-context"), {}).get("cluster")
+    clusters = {c["name"]: c["cluster"] for c in document["clusters"]}
+    cluster = clusters.get(current) or document["clusters"][0]["cluster"]
+    if "certificate-authority-data" in cluster:
+        ca_pem = base64.b64decode(cluster["certificate-authority-data"])
+    else:
+        ca_pem = Path(cluster["certificate-authority"]).read_bytes()
+    return Cluster(server=cluster["server"], ca_pem=ca_pem)

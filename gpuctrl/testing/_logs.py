@@ -3,8 +3,9 @@
 The apiserver answers ``GET pods/{name}/log`` by proxying to the node's kubelet endpoint, here
 ``https://<the node's InternalDNS address>:<status.daemonEndpoints.kubeletEndpoint.Port>``
 ``/containerLogs/{namespace}/{pod}/{container}``. `container_log` is the pure part: what a
-container's log is (its `ContainerBehavior.log`, the same text for every run) and the errors a
-kubelet gives instead; `LogServer` is the HTTPS endpoint on loopback, with a self-signed
+container's log is (its `ContainerBehavior.log`, the same text for every run; for a
+process-backed container, what its process wrote in that run) and the errors a kubelet gives
+instead; `LogServer` is the HTTPS endpoint on loopback, with a self-signed
 certificate (the apiserver checks none unless given ``--kubelet-certificate-authority``).
 """
 
@@ -21,15 +22,25 @@ from ._nodes import KUBELET_HOST
 from ._pki import self_signed_pair
 from ._podsim import NOT_STARTED, PodSim
 
-__all__ = ["LogServer", "LogUnavailable", "container_log"]
+__all__ = ["LogServer", "LogUnavailable", "ProcessLog", "container_log"]
 
 
 class LogUnavailable(Exception):
     """The kubelet cannot serve the log asked for; the message says why, as a kubelet's does."""
 
 
+ProcessLog = Callable[[PodSim, str, int], str]
+"""The output of a process-backed container (pod, container, run: its restart count)."""
+
+
 def container_log(
-    sim: PodSim, pod: str, container: str, *, previous: bool, tail_lines: int | None
+    sim: PodSim,
+    pod: str,
+    container: str,
+    *,
+    previous: bool,
+    tail_lines: int | None,
+    process_log: ProcessLog | None = None,
 ) -> str:
     """The log of ``container`` of the pod ``sim`` (named ``pod``): of its previous run with
     ``previous``, only the last ``tail_lines`` lines when given. Raises `LogUnavailable`."""
@@ -42,7 +53,10 @@ def container_log(
         )
     if not previous and found.state in NOT_STARTED:
         raise LogUnavailable(f'container "{container}" in pod "{pod}" is waiting to start')
-    lines = found.behavior.log.splitlines(keepends=True)
+    text = found.behavior.log
+    if found.behavior.process and process_log is not None:
+        text = process_log(sim, container, found.restart_count - previous)
+    lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
     if tail_lines is not None:
@@ -57,8 +71,11 @@ class LogServer:
     `start` returns the port; `stop` must follow.
     """
 
-    def __init__(self, find: Callable[[str, str], PodSim | None]) -> None:
+    def __init__(
+        self, find: Callable[[str, str], PodSim | None], process_log: ProcessLog | None = None
+    ) -> None:
         self._find = find
+        self._process_log = process_log
         app = web.Application()
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._logs)
         self._runner = web.AppRunner(app, access_log=None)
@@ -91,6 +108,7 @@ class LogServer:
                 info["container"],
                 previous=query.get("previous") == "true",
                 tail_lines=tail,
+                process_log=self._process_log,
             )
         except ValueError as error:
             raise web.HTTPBadRequest(text=f"tailLines: {error}") from error

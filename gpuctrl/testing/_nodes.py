@@ -11,6 +11,7 @@ import ipaddress
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -64,7 +65,9 @@ class SimulatedNode:
 
     `kernel` defaults to a kernel of that OS release; `labels` are added to the NFD and well-known
     labels (and win over them); `gpus` sets `nvidia.com/gpu` capacity (0: a node without GPUs and
-    without the NFD NVIDIA PCI label).
+    without the NFD NVIDIA PCI label). `root` is the node's own folder, its ``/`` for the
+    ``hostPath`` volumes of process-backed containers (seed it with the files the node should
+    have); None: the kubelet makes an empty one, and `SimulatedKubelet.nodes` shows where.
     """
 
     name: str
@@ -77,6 +80,7 @@ class SimulatedNode:
     container_runtime: str = "containerd://1.7.13"
     cpu: str = "16"
     memory: str = "64Gi"
+    root: Path | None = None
 
     @property
     def kernel_version(self) -> str:

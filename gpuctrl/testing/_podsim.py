@@ -12,6 +12,11 @@ start together. A container is ContainerCreating for a moment, then Running (or 
 ImagePullBackOff if its image cannot be pulled), then, unless it never exits, Terminated with its
 exit code; restartPolicy decides whether it restarts after a CrashLoopBackOff (restartCount + 1).
 The pod phase is computed as the kubelet's getPhase does; Succeeded and Failed are final.
+
+A container whose behavior is `ContainerBehavior.process` has no timers while it is creating or
+running: the kubelet starts its process and reports what happens with `process_started`,
+`process_failed`, `probe_result` and `process_exited`; `rebooted` is the pod again after its
+node lost power.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -37,12 +42,18 @@ __all__ = [
     "next_due",
     "pod_conditions",
     "pod_phase",
+    "probe_result",
+    "process_exited",
+    "process_failed",
+    "process_started",
+    "rebooted",
 ]
 
 CREATE_SECONDS = 0.05  # ContainerCreating -> Running: images are "present"
 PULL_BACKOFF_SECONDS = 0.5  # ErrImagePull -> ImagePullBackOff
 RESTART_BACKOFF_SECONDS = 0.2  # doubles with every restart ...
 RESTART_BACKOFF_CAP_SECONDS = 5.0  # ... up to this
+CONFIG_RETRY_SECONDS = 1.0  # a process that could not start is tried again after this
 
 Seconds = datetime.timedelta
 Condition = tuple[bool, str | None, str | None]
@@ -84,17 +95,20 @@ class ContainerSim:
     restart_count: int = 0
     termination: Termination | None = None  # of the current run, once state is "terminated"
     last: Termination | None = None  # the previous run (lastState), once restarted
+    probed_ready: bool | None = None  # a process's readiness probe result; None: no probe
 
     def due(self, restart_policy: str) -> datetime.datetime | None:
         """When this container's next transition happens, None if it never does by itself."""
         if self.since is None:
             return None
+        process = self.behavior.process and not self.behavior.image_pull_fails
         delay: float | None = {
-            "creating": CREATE_SECONDS,
+            "creating": None if process else CREATE_SECONDS,
             "pull-failed": PULL_BACKOFF_SECONDS,
-            "running": None if self.behavior.never_exits else self.behavior.run_seconds,
+            "running": None if self.behavior.never_exits or process else self.behavior.run_seconds,
             "crash-backoff": self.backoff_seconds,
             "terminated": 0.0 if self._restarts(restart_policy) else None,
+            "config-error": CONFIG_RETRY_SECONDS if process else None,
         }.get(self.state)
         return None if delay is None else self.since + Seconds(seconds=delay)
 
@@ -104,6 +118,12 @@ class ContainerSim:
             return self._enter("pull-failed", at)
         if self.state == "pull-failed":
             return self._enter("pull-backoff", at)
+        if self.state == "config-error":  # a process: the kubelet tries to start it again
+            return self._enter("creating", at)
+        if self.state == "crash-backoff" and self.behavior.process:  # the kubelet starts it
+            return dataclasses.replace(
+                self._enter("creating", at), restart_count=self.restart_count + 1
+            )
         if self.state in ("creating", "crash-backoff"):
             restarts = self.restart_count + (self.state == "crash-backoff")
             return dataclasses.replace(self._enter("running", at), restart_count=restarts)
@@ -138,6 +158,8 @@ class ContainerSim:
         """What the kubelet reports as `ready`: running and passing readiness (init: done)."""
         if self.init:
             return self.succeeded
+        if self.behavior.process:
+            return self.state == "running" and self.probed_ready is not False
         return self.state == "running" and self.behavior.ready
 
     def container_id(self, uid: str) -> str:
@@ -151,7 +173,7 @@ class ContainerSim:
         return (restart_policy == "Always" and not self.init) or self.termination.exit_code != 0
 
     def _enter(self, state: State, at: datetime.datetime) -> ContainerSim:
-        return dataclasses.replace(self, state=state, since=at, termination=None)
+        return dataclasses.replace(self, state=state, since=at, termination=None, probed_ready=None)
 
 
 @dataclass(frozen=True)
@@ -219,6 +241,68 @@ def config_error_pod(
         dataclasses.replace(c, state="config-error", since=now) for c in sim.containers
     )
     return dataclasses.replace(sim, containers=containers, config_error=message)
+
+
+def process_started(
+    sim: PodSim, name: str, at: datetime.datetime, *, probed: bool = False
+) -> PodSim:
+    """The process of the creating container `name` runs since `at` (unready until its first
+    successful probe when `probed`)."""
+
+    def start(container: ContainerSim) -> ContainerSim:
+        if container.state != "creating":
+            return container
+        running = container._enter("running", at)
+        return dataclasses.replace(running, probed_ready=False if probed else None)
+
+    return _change(sim, name, at, start)
+
+
+def process_failed(sim: PodSim, name: str, message: str, at: datetime.datetime) -> PodSim:
+    """The process of container `name` cannot be started (CreateContainerConfigError, tried
+    again after `CONFIG_RETRY_SECONDS`, as a kubelet does once the ConfigMap is there)."""
+    changed = _change(sim, name, at, lambda c: c._enter("config-error", at))
+    return dataclasses.replace(changed, config_error=message)
+
+
+def process_exited(sim: PodSim, name: str, exit_code: int, at: datetime.datetime) -> PodSim:
+    """The process of the running container `name` exited with `exit_code` at `at`."""
+
+    def exit_(container: ContainerSim) -> ContainerSim:
+        if container.state != "running" or container.since is None:
+            return container
+        run = Termination(exit_code, container.since, at, container.container_id(sim.uid))
+        return dataclasses.replace(container._enter("terminated", at), termination=run)
+
+    return _change(sim, name, at, exit_)
+
+
+def probe_result(sim: PodSim, name: str, ready: bool, at: datetime.datetime) -> PodSim:
+    """Container `name`'s readiness probe now says `ready`."""
+
+    def probe(container: ContainerSim) -> ContainerSim:
+        if container.state != "running":
+            return container
+        return dataclasses.replace(container, probed_ready=ready)
+
+    return _change(sim, name, at, probe)
+
+
+def rebooted(sim: PodSim, restarted: PodSim) -> PodSim:
+    """`restarted` (the pod started anew on its rebooted node) counting the runs of `sim`,
+    the pod as it was when the power went: every container that had started restarts."""
+    counts = {c.name: c.restart_count + (c.state not in NOT_STARTED) for c in sim.containers}
+    containers = tuple(
+        dataclasses.replace(c, restart_count=counts.get(c.name, 0)) for c in restarted.containers
+    )
+    return dataclasses.replace(restarted, containers=containers)
+
+
+def _change(
+    sim: PodSim, name: str, at: datetime.datetime, change: Callable[[ContainerSim], ContainerSim]
+) -> PodSim:
+    containers = tuple(change(c) if c.name == name else c for c in sim.containers)
+    return _settle(dataclasses.replace(sim, containers=containers), at)
 
 
 def advance(sim: PodSim, now: datetime.datetime) -> PodSim:

@@ -24,6 +24,10 @@ __all__ = [
 ]
 
 
+# The most values a Pod may expand to (a real one has a few hundred).
+_MAX_NODES = 100_000
+
+
 @dataclass(frozen=True)
 class TemplateSource:
     """Where a template's text came from: the ConfigMap (``namespace/name``) and its key."""
@@ -101,6 +105,10 @@ def _template_line(error: BaseException) -> int | None:
 def _parse_pod(rendered: str, source: TemplateSource) -> dict[str, Any]:
     try:
         node = yaml.compose(rendered, Loader=yaml.SafeLoader)
+        if node is not None and _expanded_size(node, {}) > _MAX_NODES:
+            # Aliases of aliases ("billion laughs"): small text, a huge Pod once serialised.
+            too_big = f"the YAML expands to more than {_MAX_NODES} values through its aliases"
+            raise TemplateError(source, too_big, _alias_line(node))
         document = yaml.safe_load(rendered)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
@@ -112,6 +120,38 @@ def _parse_pod(rendered: str, source: TemplateSource) -> dict[str, Any]:
     if problem is not None:
         raise TemplateError(source, problem, _line_of(node, path))
     return document  # type: ignore[no-any-return]
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[yaml.Node, int]) -> int:
+    """How many values ``node`` stands for once every alias is copied out (memoised; nodes
+    hash by identity)."""
+    known = sizes.get(node)
+    if known is not None:
+        return known
+    sizes[node] = _MAX_NODES + 1  # a cycle (a recursive alias) is too big as well
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, sizes) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
+    sizes[node] = min(size, _MAX_NODES + 1)
+    return sizes[node]
+
+
+def _alias_line(node: yaml.Node) -> int:
+    """The line of the first node that more than one parent shares (an alias's target)."""
+    seen: set[yaml.Node] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            return current.start_mark.line + 1
+        seen.add(current)
+        if isinstance(current, yaml.SequenceNode):
+            stack.extend(reversed(current.value))
+        elif isinstance(current, yaml.MappingNode):
+            stack.extend(n for pair in reversed(current.value) for n in reversed(pair))
+    return node.start_mark.line + 1
 
 
 def _pod_problem(document: Any) -> tuple[str | None, tuple[str, ...]]:

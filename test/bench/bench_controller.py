@@ -203,6 +203,19 @@ async def measure(count: int) -> dict[str, dict[str, Any]]:
                 await live_latency(client, framework, plane.kubeconfig, count)
             )
         figures["floor"] = {"list_seconds": floor}
+        figures["gpuctrl"].update(await gpuctrl_only(plane.kubeconfig, count))
+    return figures
+
+
+async def gpuctrl_only(kubeconfig: Path, count: int) -> dict[str, Any]:
+    """Node memory full vs metadata-only, and probe/Lease timing under ``count`` busy keys."""
+    figures: dict[str, Any] = {}
+    for job in ("nodes", "nodes-metadata"):
+        held = await child(job, "gpuctrl", kubeconfig, "bench-pre", count)
+        per_node = 1024 * (held["rss_kib"] - held["base_rss_kib"]) / max(held["objects"], 1)
+        figures[f"{job}_bytes"] = per_node
+        figures[f"{job}_stored_bytes"] = held["stored_bytes"]
+    figures.update(await child("busy", "gpuctrl", kubeconfig, "bench-pre", count))
     return figures
 
 
@@ -224,6 +237,16 @@ def report(figures: dict[str, dict[str, Any]], count: int) -> None:
         ours, theirs = g[key] * scale, k[key] * scale
         ratio = theirs / ours if ours else float("inf")
         print(f"{label:58} {fmt.format(ours):>9} {fmt.format(theirs):>9} {ratio:>12.1f}x")
+    print(
+        f"gpuctrl only: per cached Node {g['nodes_bytes']:.0f} bytes of RSS full, "
+        f"{g['nodes-metadata_bytes']:.0f} metadata-only (held in the store: "
+        f"{g['nodes_stored_bytes']:.0f} and {g['nodes-metadata_stored_bytes']:.0f} bytes); "
+        f"with {count} busy keys "
+        f"(1 ms each): worst /healthz {g['healthz_worst_ms']:.0f} ms over "
+        f"{g['healthz_probes']} probes, worst Lease renewal delay "
+        f"{g['renewal_worst_delay_s']:.2f} s ({g['renewals']} renewals), "
+        f"{g['reconciles_per_s']:.0f} reconciles/s"
+    )
     floor = figures["floor"]["list_seconds"]
     print(f"floor: one raw list of {count} ConfigMaps from the watch cache: {floor:.2f} s")
     print(

@@ -5,8 +5,12 @@
 JOB is ``sync`` (time until COUNT ConfigMaps of NAMESPACE were each handled once), ``live``
 (print READY, then the wall-clock time each of COUNT new ConfigMaps was first handled) or
 ``memory`` (cache NAMESPACE's ConfigMaps and every Node until COUNT objects are held, then
-report RSS). FRAMEWORK is ``gpuctrl`` or ``kopf`` (an ``@kopf.on.event`` handler, its
-cheapest path; for ``memory`` it keeps each event's object in a dict, as a cache would).
+report RSS). gpuctrl only: ``nodes`` / ``nodes-metadata`` (cache every Node, full or
+metadata-only, report RSS) and ``busy`` (COUNT keys reconciling without pause, 1 ms of CPU
+each, for 10 s: the worst ``/healthz`` latency seen from another thread and the worst delay of
+a Lease renewal past its 2 s period). FRAMEWORK is ``gpuctrl`` or ``kopf`` (an
+``@kopf.on.event`` handler, its cheapest path; for ``memory`` it keeps each event's object
+in a dict, as a cache would).
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ import json
 import os
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
+
+BUSY_SECONDS = 10.0
 
 
 def rss_kib(field: str) -> int:
@@ -61,12 +68,16 @@ async def run_gpuctrl(job: str, kubeconfig: str, namespace: str, tally: Tally) -
     configmaps = rt.Resource("v1", "ConfigMap", "configmaps")
     nodes = rt.Resource("v1", "Node", "nodes", namespaced=False)
     started = time.perf_counter()
+    if job == "busy":
+        return await run_busy(kubeconfig, namespace, tally.count)
     manager = await rt.Manager.create(
         kubeconfig, metrics_bind_address=None, health_probe_bind_address=None
     )
     if job == "memory":
         manager.cache.informer(configmaps, namespace=namespace)
         manager.cache.informer(nodes)
+    elif job.startswith("nodes"):
+        manager.cache.informer(nodes, metadata_only=job == "nodes-metadata")
     else:
 
         async def reconcile(request: rt.Request) -> None:
@@ -75,6 +86,8 @@ async def run_gpuctrl(job: str, kubeconfig: str, namespace: str, tally: Tally) -
         manager.add_controller("bench", reconcile, for_=configmaps, namespace=namespace)
     synced = Synced()
     manager.add(synced)
+    gc.collect()
+    base_rss_kib = rss_kib("VmRSS")  # before anything is listed
     stop = asyncio.Event()
     running = asyncio.create_task(manager.start(stop))
     if job == "live":
@@ -84,12 +97,86 @@ async def run_gpuctrl(job: str, kubeconfig: str, namespace: str, tally: Tally) -
         await synced.wait()
         held = len(manager.cache.list(configmaps, namespace)) + len(manager.cache.list(nodes))
         result = memory_figures(held)
+    elif job.startswith("nodes"):
+        await synced.wait()
+        result = memory_figures(len(manager.cache.list(nodes, metadata_only=job != "nodes")))
+        result["base_rss_kib"] = base_rss_kib
+        store = manager.cache.informer(nodes, metadata_only=job != "nodes").store
+        result["stored_bytes"] = stored_bytes(store) / max(len(store), 1)
     else:
         await tally.done.wait()
         result = {"seconds": time.perf_counter() - started}
     stop.set()
     await running
     return result
+
+
+async def run_busy(kubeconfig: str, namespace: str, count: int) -> dict[str, Any]:
+    """``count`` keys that never stop reconciling; probe and Lease timing meanwhile."""
+    from gpuctrl import runtime as rt
+    from gpuctrl.runtime._leader import LeaderElector
+
+    renewals: list[float] = []
+    take_or_renew = LeaderElector._take_or_renew
+
+    async def timed(self: LeaderElector) -> bool:
+        held = await take_or_renew(self)
+        if held:
+            renewals.append(time.monotonic())
+        return held
+
+    LeaderElector._take_or_renew = timed  # type: ignore[method-assign]
+    manager = await rt.Manager.create(
+        kubeconfig,
+        metrics_bind_address=None,
+        health_probe_bind_address="127.0.0.1:0",
+        leader_election=rt.LeaderElection("bench-busy", namespace),
+    )
+    reconciles = 0
+
+    async def busy(request: rt.Request) -> None:
+        nonlocal reconciles
+        reconciles += 1
+        deadline = time.perf_counter() + 0.001
+        while time.perf_counter() < deadline:  # 1 ms of CPU, no await
+            pass
+        controller.queue.add(request)
+
+    configmaps = rt.Resource("v1", "ConfigMap", "configmaps")
+    controller = manager.add_controller("busy", busy, for_=configmaps, namespace=namespace)
+    leading = Synced()
+    leading.needs_leader = True
+    manager.add(leading)
+    stop = asyncio.Event()
+    running = asyncio.create_task(manager.start(stop))
+    await leading.wait()
+    for i in range(count):
+        controller.queue.add(rt.Request(namespace, f"busy-{i}"))
+    latencies: list[float] = []
+    url = f"http://127.0.0.1:{manager.health_probe_port}/healthz"
+
+    def probe() -> None:
+        end = time.monotonic() + BUSY_SECONDS
+        while time.monotonic() < end:
+            sent = time.monotonic()
+            with urllib.request.urlopen(url, timeout=30) as response:
+                response.read()
+            latencies.append(time.monotonic() - sent)
+            time.sleep(0.05)
+
+    renewals.clear()
+    started = time.monotonic()
+    await asyncio.to_thread(probe)
+    gaps = [b - a for a, b in zip([started, *renewals], renewals, strict=False)]
+    stop.set()
+    await running
+    return {
+        "healthz_worst_ms": 1000 * max(latencies),
+        "healthz_probes": len(latencies),
+        "renewal_worst_delay_s": max(gaps) - 2.0 if gaps else BUSY_SECONDS,
+        "renewals": len(renewals),
+        "reconciles_per_s": reconciles / BUSY_SECONDS,
+    }
 
 
 async def run_kopf(job: str, kubeconfig: str, namespace: str, tally: Tally) -> dict[str, Any]:
@@ -150,6 +237,14 @@ async def run_kopf(job: str, kubeconfig: str, namespace: str, tally: Tally) -> d
     stop_flag.set()
     await operator
     return result
+
+
+def stored_bytes(store: Any) -> int:
+    """Bytes a store holds for its objects: keys, resourceVersions, JSON, entries."""
+    return sum(
+        sys.getsizeof(key) + sys.getsizeof(entry) + sum(map(sys.getsizeof, entry))
+        for key, entry in store._objects.items()
+    )
 
 
 def memory_figures(held: int) -> dict[str, Any]:

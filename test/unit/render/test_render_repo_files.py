@@ -15,6 +15,7 @@ from controllers.render import (
     RepoProblem,
     check_repo_config,
 )
+from controllers.render._repo import MAX_PER_KEY
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 LOCAL = "spec.driver.repoConfig.nodeLocalPaths"
@@ -649,3 +650,25 @@ def test_lines_are_counted_at_newlines_only(key: str, text: str, line: int) -> N
     problems = _only(key, text, SUFFIX[key.rsplit(".", 1)[1]])
     assert len(problems) == 1
     assert problems[0].startswith(f"error: ConfigMap 'repo' key '{key}' line {line}: "), problems
+
+
+@pytest.mark.parametrize(
+    ("key", "line", "count"),
+    [
+        pytest.param("a.sources", "Types: deb\nURIs: file:///opt/local\nSuites: ./\n", 1, id="one"),
+        pytest.param("a.sources", " x\n", 300_000, id="deb822-continuations"),
+        pytest.param("a.sources", "URIs:\n" + " file:///opt/local\n" * 100_000, 1, id="long-field"),
+        pytest.param("a.repo", "[r]\nbaseurl=/x\n", 50_000, id="repo-sections"),
+        pytest.param("a.list", "dab x\n", 150_000, id="list-lines"),
+    ],
+)
+@pytest.mark.slow
+def test_a_hostile_mebibyte_is_checked_and_reported_in_bounded_lines(
+    key: str, line: str, count: int
+) -> None:
+    # Linear work (the file is the apiserver's 1 MiB at most) and at most MAX_PER_KEY + 1
+    # problems per key, so whoever edits the ConfigMap cannot flood Events or stall checks.
+    problems = _only(key, line * count, SUFFIX[key.rsplit(".", 1)[1]])
+    assert len(problems) <= MAX_PER_KEY + 1
+    if count > MAX_PER_KEY:
+        assert problems[-1].endswith("not shown")

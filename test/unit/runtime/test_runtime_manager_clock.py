@@ -8,6 +8,7 @@ whatever waits afterwards waits on the clock it was given.
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
+import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
@@ -24,13 +25,12 @@ async def manager(clock: FakeClock) -> AsyncIterator[Callable[..., Manager]]:
 
     def build(**options: object) -> Manager:
         clients.append(ApiClient(Configuration(host="http://127.0.0.1:1")))
-        return Manager(
-            clients[-1],
-            metrics_bind_address=None,
-            health_probe_bind_address=None,
-            clock=clock,
-            **options,  # type: ignore[arg-type]
-        )
+        defaults: dict[str, object] = {
+            "metrics_bind_address": None,
+            "health_probe_bind_address": None,
+            "clock": clock,
+        }
+        return Manager(clients[-1], **{**defaults, **options})  # type: ignore[arg-type]
 
     yield build
     for client in clients:
@@ -139,3 +139,81 @@ async def test_leader_election_retries_on_the_managers_clock(
     finally:
         stop.set()
         await asyncio.wait_for(running, 5)
+
+
+class Hangs:
+    """A runnable that ignores its stop event until cancelled."""
+
+    def __init__(self, needs_leader: bool) -> None:
+        self.needs_leader = needs_leader
+        self.started = asyncio.Event()
+        self.cancelled_at: float | None = None
+
+    async def start(self, stop: asyncio.Event) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled_at = asyncio.get_running_loop().time()
+            raise
+
+
+async def test_leader_and_base_drains_share_one_shutdown_budget(
+    manager: Callable[..., Manager], clock: FakeClock
+) -> None:
+    built = manager(graceful_shutdown_timeout=25.0)
+    leader, base = Hangs(needs_leader=True), Hangs(needs_leader=False)
+    built.add(leader)
+    built.add(base)
+    stop = asyncio.Event()
+    running = asyncio.create_task(built.start(stop))
+    await until(lambda: leader.started.is_set() and base.started.is_set())
+    stop.set()
+    await clock.step(24.9)
+    assert not running.done()
+    await clock.step(0.1)  # 25 s in all, not 25 s for the leaders and 25 more for the rest
+    await asyncio.wait_for(running, 5)
+    assert leader.cancelled_at is not None
+    assert base.cancelled_at is not None
+
+
+async def test_runnables_not_needing_the_leader_run_on_a_standby(
+    manager: Callable[..., Manager], clock: FakeClock
+) -> None:
+    built = manager(leader_election=LeaderElection("lease", "ns", retry_period=2.0))
+    leader, base = Hangs(needs_leader=True), Hangs(needs_leader=False)
+    built.add(leader)
+    built.add(base)
+    stop = asyncio.Event()
+    running = asyncio.create_task(built.start(stop))
+    try:
+        await until(base.started.is_set)  # the API server is unreachable: never the leader
+        assert not built.is_leader
+        assert not leader.started.is_set()
+    finally:
+        stop.set()
+        await until(lambda: clock.next_deadline is not None)
+        await clock.step(25.0)  # the hanging runnable is cancelled at the budget's end
+        await asyncio.wait_for(running, 5)
+
+
+async def test_healthz_fails_once_the_manager_stops(
+    manager: Callable[..., Manager], clock: FakeClock
+) -> None:
+    built = manager(health_probe_bind_address="127.0.0.1:0", graceful_shutdown_timeout=25.0)
+    leader = Hangs(needs_leader=True)
+    built.add(leader)
+    stop = asyncio.Event()
+    running = asyncio.create_task(built.start(stop))
+    async with aiohttp.ClientSession() as http:
+        await until(leader.started.is_set)
+        url = f"http://127.0.0.1:{built.health_probe_port}/healthz"
+        async with http.get(url) as response:
+            assert response.status == 200
+        stop.set()  # draining now: alive, but no longer healthy
+        await until(lambda: clock.next_deadline is not None)
+        async with http.get(url) as response:
+            assert response.status == 500
+            assert "[-]manager failed" in await response.text()
+    await clock.step(25.0)
+    await asyncio.wait_for(running, 5)

@@ -261,3 +261,30 @@ def test_the_template_language_substitutes(fragment: str, rendered: object) -> N
     pod = render_template(_with_line_9(fragment), SOURCE, VARIABLES)
 
     assert pod["spec"]["containers"][0]["args"] == [rendered]
+
+
+def test_aliases_that_expand_beyond_any_pod_are_refused() -> None:
+    # "Billion laughs": each level repeats the one before ten times.
+    levels = ["x0: &l0 [a, a, a, a, a, a, a, a, a, a]"]
+    levels += [f"x{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 7)]
+    text = (
+        GOOD_HEAD + "  labels: {}\n" + "\n".join(f"  {line}" for line in levels) + "\n" + GOOD_SPEC
+    )
+
+    with pytest.raises(TemplateError) as caught:
+        render_template(text, SOURCE, VARIABLES)
+
+    assert "expands to more than 100000 values through its aliases" in caught.value.problem
+    assert caught.value.line == 6  # x0, the first value shared
+
+
+def test_a_few_aliases_are_fine() -> None:
+    text = GOOD_HEAD + (
+        "spec:\n  containers:\n"
+        "    - {name: a, image: x, resources: &r {limits: {memory: 1Gi}}}\n"
+        "    - {name: b, image: x, resources: *r}\n"
+    )
+
+    pod = render_template(text, SOURCE, VARIABLES)
+
+    assert pod["spec"]["containers"][1]["resources"] == {"limits": {"memory": "1Gi"}}

@@ -1,0 +1,199 @@
+"""The process-backed containers of one pod: started when their turn comes, watched, stopped.
+
+`PodProcesses.start_due` starts the process of every process-backed container the simulation
+has in ContainerCreating (with its environment, mounts and ServiceAccount from `_container`)
+and returns the simulation with it running, or with CreateContainerConfigError when it cannot
+start. What happens afterwards arrives on `events` as `ProcessEvent`s (an exit, a readiness
+probe's verdict) for the kubelet's pod runner to `apply`. `stop` terminates them as a kubelet
+does on pod deletion, `kill` as a power cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ._bwrap import Entry, host_listing, system_binds
+from ._container import (
+    ApiRequest,
+    Cluster,
+    ContainerConfigError,
+    PodContext,
+    container_env,
+    container_mounts,
+    default_path,
+    expand,
+    service_account,
+)
+from ._podsim import PodSim, probe_result, process_exited, process_failed, process_started
+from ._sandboxed import SandboxedProcess, SandboxStartError
+
+__all__ = ["PodProcesses", "ProcessEvent"]
+
+
+@dataclass(frozen=True)
+class ProcessEvent:
+    """Something a container's process did: exited (`value`: exit code) or was probed
+    (`value`: ready or not); `run` is the container's restart count when it started."""
+
+    kind: Literal["exited", "probe"]
+    container: str
+    run: int
+    value: int | bool
+    at: datetime.datetime
+
+
+class PodProcesses:
+    """The processes of one pod's process-backed containers (current runs, by container)."""
+
+    def __init__(
+        self, context: PodContext, cluster: Cluster, request: ApiRequest, system: Sequence[Entry]
+    ) -> None:
+        self.context = context
+        self.events: asyncio.Queue[ProcessEvent] = asyncio.Queue()
+        self._cluster = cluster
+        self._request = request
+        self._system = system
+        self._running: dict[str, tuple[int, SandboxedProcess]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()  # exit watchers
+        self._probes: set[asyncio.Task[None]] = set()
+
+    @property
+    def alive(self) -> bool:
+        """Whether a process still runs or an event waits to be applied."""
+        return any(p.running for _, p in self._running.values()) or not self.events.empty()
+
+    def log_file(self, container: str, run: int) -> Path:
+        """Where the output of run `run` of `container` goes."""
+        return self.context.pod_dir / "logs" / container / f"{run}.log"
+
+    async def start_due(self, sim: PodSim) -> PodSim:
+        """Start every process-backed container `sim` has in ContainerCreating."""
+        specs = _containers(self.context.pod)
+        for container in sim.containers:
+            if not (container.behavior.process and container.state == "creating"):
+                continue
+            spec = specs[container.name]
+            now = _now()
+            starting = asyncio.ensure_future(self._start(spec, container.restart_count))
+            try:
+                process = await asyncio.shield(starting)
+            except asyncio.CancelledError:  # the pod is gone: so is what was starting
+                starting.add_done_callback(self._kill_orphan)
+                raise
+            except (ContainerConfigError, SandboxStartError) as error:
+                sim = process_failed(sim, container.name, str(error), now)
+                continue
+            probe = (spec.get("readinessProbe") or {}).get("exec") if not container.init else None
+            sim = process_started(sim, container.name, _now(), probed=probe is not None)
+            self._running[container.name] = (container.restart_count, process)
+            run = container.restart_count
+            self._spawn(self._tasks, self._watch(container.name, run, process))
+            if probe is not None:
+                self._spawn(self._probes, self._probe(container.name, run, process, spec))
+        return sim
+
+    def apply(self, sim: PodSim, event: ProcessEvent) -> PodSim:
+        """`sim` after `event` (ignored when it is about an earlier run)."""
+        current = next((c for c in sim.containers if c.name == event.container), None)
+        if current is None or current.restart_count != event.run:
+            return sim
+        if event.kind == "exited":
+            return process_exited(sim, event.container, int(event.value), event.at)
+        return probe_result(sim, event.container, bool(event.value), event.at)
+
+    async def stop(self, grace_seconds: float) -> None:
+        """Terminate every process as a kubelet does (SIGTERM, the grace period, SIGKILL)."""
+        processes = [p for _, p in self._running.values()]
+        await asyncio.gather(*(p.stop(grace_seconds) for p in processes))
+        self._cancel()
+
+    async def kill(self) -> None:
+        """SIGKILL every process at once (a power cut: no handler runs)."""
+        await asyncio.gather(*(p.kill() for _, p in self._running.values()))
+        self._cancel()
+
+    async def _start(self, spec: Mapping[str, Any], run: int) -> SandboxedProcess:
+        context = self.context
+        env = {
+            "PATH": default_path(),
+            "HOSTNAME": _hostname(context),
+            "HOME": "/root",
+        }
+        mounts = await container_mounts(context, spec, self._request)
+        identity = await service_account(context, self._cluster, self._request)
+        if identity is not None:
+            mounts.append(identity[0])
+            env.update(identity[1])
+        env.update(await container_env(context, spec, self._request))
+        command = [expand(part, env) for part in [*spec.get("command", []), *spec.get("args", [])]]
+        if not command:
+            raise ContainerConfigError("no command: the image's entrypoint is not known here")
+        system = system_binds(self._system, [m.target for m in mounts], host_listing)
+        return await SandboxedProcess.start(
+            command,
+            env=env,
+            system=system,
+            mounts=mounts,
+            working_dir=spec.get("workingDir") or "/",
+            hostname=_hostname(context),
+            log_file=self.log_file(spec["name"], run),
+        )
+
+    async def _watch(self, name: str, run: int, process: SandboxedProcess) -> None:
+        code = await process.wait()
+        await self.events.put(ProcessEvent("exited", name, run, code, _now()))
+
+    async def _probe(
+        self, name: str, run: int, process: SandboxedProcess, spec: Mapping[str, Any]
+    ) -> None:
+        """Run the exec readiness probe as the kubelet does, reporting each change."""
+        probe = spec["readinessProbe"]
+        command = probe["exec"]["command"]
+        await asyncio.sleep(probe.get("initialDelaySeconds", 0))
+        ready, streak = False, 0
+        while process.running:
+            passed = await process.probe(command, probe.get("timeoutSeconds", 1))
+            streak = streak + 1 if passed == (not ready) else 0
+            needed = probe.get("failureThreshold", 3) if ready else probe.get("successThreshold", 1)
+            if streak >= needed:
+                ready, streak = not ready, 0
+                await self.events.put(ProcessEvent("probe", name, run, ready, _now()))
+            await asyncio.sleep(probe.get("periodSeconds", 10))
+
+    def _kill_orphan(self, starting: asyncio.Future[SandboxedProcess]) -> None:
+        if not starting.cancelled() and starting.exception() is None:
+            self._spawn(self._tasks, _killed(starting.result()))
+
+    @staticmethod
+    def _spawn(tasks: set[asyncio.Task[None]], coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coroutine)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def _cancel(self) -> None:
+        for task in list(self._probes):
+            task.cancel()
+
+
+async def _killed(process: SandboxedProcess) -> None:
+    await process.kill()
+
+
+def _containers(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    spec = pod["spec"]
+    return {c["name"]: c for kind in ("initContainers", "containers") for c in spec.get(kind) or []}
+
+
+def _hostname(context: PodContext) -> str:
+    if context.pod["spec"].get("hostNetwork"):
+        return context.node_name
+    return str(context.pod["metadata"]["name"])[:63]
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)

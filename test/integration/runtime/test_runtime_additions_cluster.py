@@ -1,0 +1,203 @@
+"""What controllers and webhooks need from gpuctrl.runtime, against a real API server: typed
+list items, metadata-only reads, guarded deletes, status writes only on change, scope checked
+against discovery, custom probes, client metrics."""
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import pytest
+from runtime_helpers import CONFIGMAPS, configmap, running
+
+from gpuctrl.runtime import (
+    EVENTS,
+    METRICS_REGISTRY,
+    Client,
+    Conflict,
+    LeaderElection,
+    Manager,
+    Request,
+    Resource,
+    StatusWriter,
+    set_condition,
+)
+from gpuctrl.testing import ControlPlane, eventually
+
+pytestmark = pytest.mark.controlplane
+
+
+async def test_list_items_carry_api_version_and_kind(client: Client, namespace: str) -> None:
+    await client.create(CONFIGMAPS, configmap("typed", namespace))
+    selector = "metadata.name=typed"
+    [item] = await client.list(CONFIGMAPS, namespace, field_selector=selector)
+    assert (item["apiVersion"], item["kind"]) == ("v1", "ConfigMap")
+    [partial] = await client.list(
+        CONFIGMAPS, namespace, field_selector=selector, metadata_only=True
+    )
+    assert (partial["apiVersion"], partial["kind"]) == ("v1", "ConfigMap")
+    assert "data" not in partial
+    assert partial["metadata"]["name"] == "typed"
+
+
+async def test_delete_with_a_uid_precondition_spares_a_recreated_object(
+    client: Client, namespace: str
+) -> None:
+    old = await client.create(CONFIGMAPS, configmap("twice", namespace))
+    await client.delete(CONFIGMAPS, "twice", namespace, propagation_policy="Foreground")
+    await eventually(lambda: _absent(client, namespace, "twice"))
+    await client.create(CONFIGMAPS, configmap("twice", namespace))
+    with pytest.raises(Conflict, match="UID in the precondition"):
+        await client.delete(CONFIGMAPS, "twice", namespace, uid=old["metadata"]["uid"])
+    assert await client.get(CONFIGMAPS, "twice", namespace)
+    requests = METRICS_REGISTRY.get_sample_value(
+        "rest_client_requests_total",
+        {"code": "409", "method": "DELETE", "host": _host(client)},
+    )
+    assert requests is not None
+    assert requests >= 1
+
+
+async def test_status_writer_writes_only_on_change_and_retries_conflicts(
+    client: Client, namespace: str, widget_crd: Resource
+) -> None:
+    widget = {
+        "apiVersion": widget_crd.api_version,
+        "kind": widget_crd.kind,
+        "metadata": {"name": "w", "namespace": namespace},
+        "spec": {},
+    }
+    created = await client.create(widget_crd, widget)
+    writer = StatusWriter(client)
+
+    def ready(status: dict[str, Any]) -> None:
+        set_condition(status.setdefault("conditions", []), type="Ready", status=True, reason="Ok")
+
+    written = await writer.update(widget_crd, created, ready)
+    assert written is not None
+    assert written["status"]["conditions"][0]["status"] == "True"
+    assert await writer.update(widget_crd, written, ready) is None  # unchanged: no write
+    await client.merge_patch(widget_crd, "w", {"metadata": {"labels": {"x": "y"}}}, namespace)
+    stale = dict(written)  # its resourceVersion is now old: the first PUT conflicts
+
+    def not_ready(status: dict[str, Any]) -> None:
+        set_condition(status["conditions"], type="Ready", status=False, reason="Broken")
+
+    rewritten = await writer.update(widget_crd, stale, not_ready)
+    assert rewritten is not None
+    assert rewritten["status"]["conditions"][0]["reason"] == "Broken"
+    assert rewritten["metadata"]["labels"] == {"x": "y"}
+
+
+async def test_a_resource_declared_with_the_wrong_scope_is_refused(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    async def noop(request: Request) -> None:
+        return None
+
+    wrong = Resource("v1", "Node", "nodes")  # namespaced=True by default: wrong for Nodes
+    manager = await Manager.create(
+        control_plane.kubeconfig, metrics_bind_address=None, health_probe_bind_address=None
+    )
+    manager.add_controller("wrong-scope", noop, for_=wrong, namespace=namespace)
+    with pytest.raises(ValueError, match="disagrees with the API server"):
+        await asyncio.wait_for(manager.start(asyncio.Event()), 30)
+
+
+async def test_custom_checks_decide_the_probes(control_plane: ControlPlane, namespace: str) -> None:
+    healthy, ready = [True], [False]
+
+    async def ready_check() -> bool:
+        return ready[0]
+
+    manager = await Manager.create(
+        control_plane.kubeconfig,
+        metrics_bind_address="127.0.0.1:0",
+        health_probe_bind_address="127.0.0.1:0",
+        leader_election=LeaderElection("probes", namespace),
+    )
+    manager.add_healthz_check("webhook-alive", lambda: healthy[0])
+    manager.add_readyz_check("certificate", ready_check)
+    manager.cache.informer(CONFIGMAPS, namespace=namespace)
+    async with running(manager), aiohttp.ClientSession() as http:
+        base = f"http://127.0.0.1:{manager.health_probe_port}"
+
+        async def status(path: str) -> tuple[int, str]:
+            async with http.get(base + path) as response:
+                return response.status, await response.text()
+
+        assert await status("/healthz") == (200, "ok")
+        assert await status("/readyz") == (
+            503,
+            "[+]caches ok\n[-]certificate failed\nreadyz failed",
+        )
+        ready[0], healthy[0] = True, False
+        assert await status("/readyz") == (200, "ok")
+        code, text = await status("/healthz")
+        assert code == 500
+        assert "[-]webhook-alive failed" in text
+        await eventually(lambda: manager.is_leader)
+        master = METRICS_REGISTRY.get_sample_value(
+            "leader_election_master_status", {"name": "probes"}
+        )
+        assert master == 1.0
+    assert (
+        METRICS_REGISTRY.get_sample_value("leader_election_master_status", {"name": "probes"})
+        == 0.0
+    )
+
+
+async def _absent(client: Client, namespace: str, name: str) -> bool:
+    return not [
+        o for o in await client.list(CONFIGMAPS, namespace) if o["metadata"]["name"] == name
+    ]
+
+
+def _host(client: Client) -> str:
+    return client.api_client.configuration.host.split("://", 1)[1]
+
+
+async def test_a_flood_of_events_is_aggregated_and_capped(
+    control_plane: ControlPlane, client: Client, namespace: str
+) -> None:
+    subject = await client.create(CONFIGMAPS, configmap("flooded", namespace))
+    manager = await Manager.create(
+        control_plane.kubeconfig, metrics_bind_address=None, health_probe_bind_address=None
+    )
+    recorder = manager.event_recorder("flood-test")
+    async with running(manager):
+        for i in range(200):  # a hot loop: returns at once, never waits for the API server
+            recorder.event(subject, "Warning", "Failing", f"attempt {i} failed")
+        await recorder.flush()
+    events = await client.list(EVENTS, namespace)
+    assert 1 <= len(events) <= 11  # 10 distinct messages, then one combined Event
+    assert sum(e["count"] for e in events) == 25  # the spam filter's burst
+    assert any(e["message"].startswith("(combined from similar events): ") for e in events)
+
+
+async def test_a_metadata_only_informer_lists_and_watches_metadata(
+    control_plane: ControlPlane, client: Client, namespace: str
+) -> None:
+    await client.create(CONFIGMAPS, configmap("listed", namespace, {"a": "1"}, big="x" * 1000))
+    manager = await Manager.create(
+        control_plane.kubeconfig, metrics_bind_address=None, health_probe_bind_address=None
+    )
+    manager.cache.informer(CONFIGMAPS, namespace=namespace, metadata_only=True)
+
+    def cached(name: str) -> dict[str, Any] | None:
+        return manager.cache.get(CONFIGMAPS, name, namespace, metadata_only=True)
+
+    async with running(manager):
+        listed = cached("listed")
+        assert listed is not None
+        assert (listed["apiVersion"], listed["kind"]) == ("v1", "ConfigMap")
+        assert "data" not in listed
+        await client.create(CONFIGMAPS, configmap("watched", namespace, big="y" * 1000))
+        await client.merge_patch(
+            CONFIGMAPS, "listed", {"metadata": {"labels": {"a": "2"}}}, namespace
+        )
+        await eventually(lambda: cached("watched") is not None)
+        await eventually(lambda: (cached("listed") or {})["metadata"]["labels"] == {"a": "2"})
+        watched = cached("watched")
+        assert watched is not None
+        assert watched["kind"] == "ConfigMap"
+        assert "data" not in watched
