@@ -23,6 +23,7 @@ envtest:
 
 test-deps: envtest
 	bash hack/install-debian-packages.sh $(TEST_DEBIAN_PACKAGES)
+	bash hack/containerd-versions.sh  # containerd 1.6, 1.7 and 2.1 unpacked for the toolkit's tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -2,10 +2,12 @@
 
 Without KUBECONFIG it starts a local control plane (etcd, kube-apiserver, controller-manager,
 scheduler) with simulated GPU nodes of two OS versions and creates the minimal sample
-ClusterPolicy. In both cases it installs the CRDs and runs `gpuctrl manager` (metrics on
-$GPUCTRL_METRICS_ADDRESS, default 127.0.0.1:8080; probes on $GPUCTRL_PROBE_ADDRESS, default
-127.0.0.1:8081) in the foreground until Ctrl-C, when it stops everything it started. The
-manager labels the nodes, applies the operands and keeps them converged.
+ClusterPolicy and the Istio PodPolicy sample. In both cases it installs the CRDs, starts
+``gpuctrl webhook`` (managed certificates, configuration on its loopback URL) and runs
+``gpuctrl manager`` (metrics on $GPUCTRL_METRICS_ADDRESS, default 127.0.0.1:8080; probes on
+$GPUCTRL_PROBE_ADDRESS, default 127.0.0.1:8081) in the foreground until Ctrl-C, when it stops
+everything it started. The manager labels the nodes, applies the operands and keeps them
+converged.
 """
 
 from __future__ import annotations
@@ -83,6 +85,28 @@ async def _manager(kubeconfig: Path) -> asyncio.subprocess.Process:
     raise RuntimeError(f"gpuctrl manager was not ready on {PROBES} within 60 s")
 
 
+WEBHOOK_PORT = int(os.environ.get("GPUCTRL_WEBHOOK_PORT", "9443"))
+
+
+async def _start_webhook(stack: AsyncExitStack, kubeconfig: Path) -> None:
+    """``gpuctrl webhook`` beside the manager: certificates of its own, and the webhook
+    configuration pointing at its loopback URL (no Service network here)."""
+    gpuctrl = str(Path(sys.executable).with_name("gpuctrl"))
+    process = await asyncio.create_subprocess_exec(
+        gpuctrl, "webhook", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
+        "--bind-address", f"127.0.0.1:{WEBHOOK_PORT}", "--manage-certificates",
+        "--webhook-url", f"https://127.0.0.1:{WEBHOOK_PORT}/mutate-v1-pod",
+        "--metrics-bind-address", "127.0.0.1:8090", "--health-probe-bind-address", "127.0.0.1:8091",
+    )  # fmt: skip
+
+    async def stop_webhook() -> None:
+        if process.returncode is None:
+            process.terminate()
+        await process.wait()
+
+    stack.push_async_callback(stop_webhook)
+
+
 async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
     async with AsyncExitStack() as stack:
         local = kubeconfig is None
@@ -99,8 +123,12 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
         client = Client(api)
         await _install_crds(client)
         if local:
-            for sample in _load(ROOT / "config" / "samples" / "clusterpolicy-minimal.yaml"):
-                await _apply(client, sample)
+            for name in ("clusterpolicy-minimal.yaml", "podpolicy-istio.yaml"):
+                for sample in _load(ROOT / "config" / "samples" / name):
+                    await _apply(client, sample)
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        await _apply(client, namespace)
+        await _start_webhook(stack, kubeconfig)
         manager = await _manager(kubeconfig)
         stack.push_async_callback(_stop, manager)
         print(f"gpuctrl manager running: metrics http://{METRICS}/metrics", flush=True)
@@ -108,6 +136,7 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
         print(f"kubeconfig: {kubeconfig}", flush=True)
         print(f"look:  {kubectl} get nodes,clusterpolicies", flush=True)
         print(f"       {kubectl} -n {NAMESPACE} get ds,pods -o wide", flush=True)
+        print(f"       {kubectl} get podpolicies,mutatingwebhookconfigurations", flush=True)
         print("running; Ctrl-C stops everything", flush=True)
         waiting = asyncio.create_task(stop.wait())
         exited = asyncio.create_task(manager.wait())

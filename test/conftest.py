@@ -6,12 +6,20 @@ skipped, so CI can never go green without executing a test.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+# Hypothesis: under CI (CI set) derandomized, so every CI run tries the same examples; local
+# runs keep exploring new ones (and replay failures from the example database).
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+hypothesis_settings.register_profile("dev")
+hypothesis_settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 class RequireAPass:

@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from gpuctrl.runtime import ApiError, Client, Clock, NotFound, Resource, SystemClock
+from gpuctrl.runtime import AlreadyExists, ApiError, Client, Clock, NotFound, Resource, SystemClock
 from gpuctrl.runtime.webhook import CERT_FILE
 
 __all__ = [
@@ -111,7 +111,10 @@ async def ensure_configuration(
     if client_config is not None:
         desired = webhook_configuration(client_config, ca_bundle)
         if stored is None:
-            await client.create(MUTATING_WEBHOOK_CONFIGURATIONS, desired)
+            try:
+                await client.create(MUTATING_WEBHOOK_CONFIGURATIONS, desired)
+            except AlreadyExists:
+                return  # another replica was first
             log.info("created MutatingWebhookConfiguration %s", CONFIGURATION_NAME)
             return
         updated = {**stored, "webhooks": desired["webhooks"]}

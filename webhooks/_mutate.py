@@ -11,7 +11,6 @@ that is already equal, so calling `mutate` again on the patched pod yields no pa
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +38,7 @@ def mutate(pod: Mapping[str, Any], policies: Iterable[PodPolicy]) -> Mutation:
     """Apply the PodPolicies targeting ``pod`` (see the module docstring); the pod is the
     request's object and is not changed. Raises `InvalidPod` on a pod of the wrong shape."""
     _check_shape(pod)
-    mutated: dict[str, Any] = json.loads(json.dumps(pod))
+    mutated = _writable(pod)
     setters: dict[tuple[str, ...], tuple[str, str]] = {}  # field -> (policy, value) that set it
     warnings: list[str] = []
     changed_by: list[str] = []
@@ -60,6 +59,40 @@ def mutate(pod: Mapping[str, Any], policies: Iterable[PodPolicy]) -> Mutation:
         if changed:
             changed_by.append(_name(policy))
     return Mutation(patched(pod, mutated).patch, tuple(warnings), tuple(changed_by))
+
+
+def _writable(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``pod`` in which `_set` may write: the maps it writes into (metadata, its
+    labels and annotations, spec, the container lists, each container, its resources and their
+    requests and limits) are copied; the rest (commands, env, volumes, ...) is shared."""
+    out = dict(pod)
+    metadata = pod.get("metadata")
+    if isinstance(metadata, dict):
+        out["metadata"] = _copied(metadata, ("labels", "annotations"))
+    spec = pod.get("spec")
+    if isinstance(spec, dict):
+        out["spec"] = dict(spec)
+        for name in ("initContainers", "containers"):
+            if isinstance(spec.get(name), list):
+                out["spec"][name] = [_writable_container(c) for c in spec[name]]
+    return out
+
+
+def _writable_container(container: dict[str, Any]) -> dict[str, Any]:
+    out = dict(container)
+    resources = container.get("resources")
+    if isinstance(resources, dict):
+        out["resources"] = _copied(resources, ("requests", "limits"))
+    return out
+
+
+def _copied(parent: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """``parent`` copied, with the maps under ``keys`` copied too."""
+    out = dict(parent)
+    for key in keys:
+        if isinstance(out.get(key), dict):
+            out[key] = dict(out[key])
+    return out
 
 
 def _name(policy: PodPolicy) -> str:

@@ -18,6 +18,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpuctrl.runtime import Manager
+from gpuctrl.runtime.webhook import WebhookServer
+from webhooks._certmanager import CertificateManager
+from webhooks._configuration import ConfigurationKeeper
+from webhooks._handler import MUTATE_PATH, POD_POLICIES, PodPolicyHandler, PolicySet
+
 __all__ = ["configure", "run"]
 
 DEFAULT_CERT_DIR = Path(tempfile.gettempdir()) / "k8s-webhook-server" / "serving-certs"
@@ -115,19 +121,12 @@ def client_config(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    # Imported here: `gpuctrl --help` and flag errors never load the Kubernetes client.
-    from gpuctrl.runtime import Manager
-    from gpuctrl.runtime.webhook import WebhookServer
-    from webhooks._certmanager import CertificateManager
-    from webhooks._configuration import ConfigurationKeeper
-    from webhooks._handler import MUTATE_PATH, POD_POLICIES, PodPolicyHandler, PolicySet
-
     host, port = args.bind_address
     try:
         manager = await Manager.create(
             args.kubeconfig,
-            metrics_bind_address=_joined(args.metrics_bind_address),
-            health_probe_bind_address=_joined(args.health_probe_bind_address),
+            metrics_bind_address=":".join(map(str, args.metrics_bind_address)),
+            health_probe_bind_address=":".join(map(str, args.health_probe_bind_address)),
         )
     except Exception as error:  # kubeconfig missing or unreadable: the user's to fix
         raise InvalidInput(f"cannot load the kubeconfig: {error}") from None
@@ -137,6 +136,7 @@ async def _serve(args: argparse.Namespace) -> None:
     manager.cache.informer(POD_POLICIES).add_handler(policies)
     server.register(MUTATE_PATH, PodPolicyHandler(policies, args.namespace))
     manager.add(server)
+    manager.add_readyz_check("webhook-certificate", server.ready)
     if args.manage_certificates:
         manager.add(
             CertificateManager(
@@ -153,7 +153,7 @@ async def _serve(args: argparse.Namespace) -> None:
     await manager.run()
 
 
-async def _check_reachable(manager: Any) -> None:
+async def _check_reachable(manager: Manager) -> None:
     try:
         async with asyncio.timeout(10):
             await manager.client.request("GET", "/version")
@@ -161,11 +161,6 @@ async def _check_reachable(manager: Any) -> None:
         await manager.client.api_client.close()
         host = manager.client.api_client.configuration.host
         raise InvalidInput(f"the apiserver at {host} is unreachable: {error!r}") from None
-
-
-def _joined(address: tuple[str, int]) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _address(text: str) -> tuple[str, int]:

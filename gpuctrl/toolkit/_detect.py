@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import posixpath
-import tomllib
 
 import pydantic
 
 from api.v1alpha1 import ContainerdDistribution, ContainerdSettings, containerd_defaults
-from gpuctrl.toolkit._errors import InvalidConfig
+from gpuctrl.toolkit._errors import InvalidConfig, ToolkitError
+from gpuctrl.toolkit._fs import read_bytes, resolve
 from gpuctrl.toolkit._imports import covers
+from gpuctrl.toolkit._toml import load
 
 __all__ = ["DROP_IN", "detect_distribution", "drop_in_path", "in_container", "resolve_containerd"]
 
@@ -71,9 +72,10 @@ def drop_in_path(host_root: str, settings: ContainerdSettings) -> str | None:
     if settings.drop_in_mode == "never":
         return None
     try:
-        with open(in_container(host_root, config), "rb") as file:
-            imports = tomllib.load(file).get("imports", [])
-    except (OSError, tomllib.TOMLDecodeError):
-        return None  # no config to import from: install edits (or creates) the config itself
+        data = read_bytes(resolve(host_root, in_container(host_root, config)))
+        text = (data or b"").decode("utf-8", "surrogateescape").removeprefix("\ufeff")
+        imports = load(text).get("imports", [])
+    except ToolkitError:  # unreadable or invalid: install refuses it with the same message
+        return None
     names = [i for i in imports if isinstance(i, str)] if isinstance(imports, list) else []
     return drop_in if covers(names, config, drop_in) else None

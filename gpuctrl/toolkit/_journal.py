@@ -24,6 +24,7 @@ __all__ = [
     "Role",
     "digest",
     "drop_journal",
+    "journal_path",
     "load_journal",
     "save_journal",
 ]
@@ -50,11 +51,14 @@ class FileRecord:
     changes: tuple[Change, ...]
     # What install edited instead of a missing file (k3s/RKE2: the config k3s generated).
     base: bytes | None = None
+    # The folders install created for the file, outermost first; cleanup removes them if empty.
+    folders: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """This record as JSON-ready data."""
         return {
             "base": _encode(self.base),
+            "folders": list(self.folders),
             "path": self.path,
             "role": self.role,
             "original": _encode(self.original),
@@ -76,7 +80,10 @@ class FileRecord:
             Change(c["kind"], tuple(c["path"]), c["previous"], c["value"]) for c in data["changes"]
         )
         base = _decode(data.get("base"))
-        return cls(data["path"], data["role"], original, data["written_sha256"], changes, base)
+        folders = tuple(str(f) for f in data.get("folders", ()))
+        return cls(
+            data["path"], data["role"], original, data["written_sha256"], changes, base, folders
+        )
 
 
 def _encode(data: bytes | None) -> str | None:
@@ -115,8 +122,7 @@ def load_journal(state_dir: str) -> Journal | None:
 
 
 def save_journal(state_dir: str, journal: Journal) -> None:
-    """Write the journal atomically, creating ``state_dir`` if needed."""
-    os.makedirs(state_dir, exist_ok=True)
+    """Write the journal atomically into ``state_dir`` (which :func:`~_fs.locked` created)."""
     data = {
         "format": _FORMAT,
         "runtime": journal.runtime,
@@ -129,3 +135,8 @@ def save_journal(state_dir: str, journal: Journal) -> None:
 def drop_journal(state_dir: str) -> None:
     """Remove the journal (after a successful cleanup)."""
     remove(os.path.join(state_dir, JOURNAL_NAME))
+
+
+def journal_path(state_dir: str) -> str:
+    """Where the journal of ``state_dir`` is kept."""
+    return os.path.join(state_dir, JOURNAL_NAME)

@@ -44,12 +44,22 @@ class Layout:
     newline: str  # "\r\n" when the file uses CRLF, else "\n"
 
     def block_end(self, header: Header) -> int:
-        """The index just past the last non-blank line of ``header``'s own block."""
+        """The index just past the last line of ``header``'s own block: its last non-blank
+        line, less trailing comments that belong to what follows (comments set off from the
+        block's last key by a blank line, or written right above the next header)."""
         following = [h.line for h in self.headers if h.line > header.line]
         end = following[0] if following else len(self.lines)
         while end > header.line + 1 and not self.lines[end - 1].strip():
             end -= 1
-        return end
+        keys = end
+        while keys > header.line + 1 and (
+            not self.lines[keys - 1].strip() or self.lines[keys - 1].lstrip().startswith("#")
+        ):
+            keys -= 1
+        if keys == end:
+            return end
+        above_next = bool(following) and end == following[0]
+        return keys if above_next or not self.lines[keys].strip() else end
 
     def within(self, path: Path) -> list[Header]:
         """The headers of ``path`` and of every table below it, in file order."""

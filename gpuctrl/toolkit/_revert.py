@@ -75,7 +75,11 @@ def _revert_key(
         t.delete_in(expected, change.path)
     else:
         previous = change.previous
-        value = t.string(previous, match["value"][0]) if isinstance(previous, str) else previous
+        value = (
+            t.string(previous, t.quote_of(match["value"]))
+            if isinstance(previous, str)
+            else previous
+        )
         lines[index] = t.replace_value(match, str(value))
         t.set_in(expected, change.path, change.previous)
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import posixpath
+import re
 from dataclasses import dataclass
 from typing import Literal
+
+from gpuctrl.toolkit._errors import InvalidConfig
 
 __all__ = ["Change", "Edit", "Settings"]
 
@@ -12,6 +15,9 @@ RuntimeKind = Literal["containerd", "crio"]
 
 # The runtimes install adds, after NVIDIA's toolkit: (name suffix of the binary, runtime name).
 _VARIANTS = (("", None), (".cdi", "nvidia-cdi"), (".legacy", "nvidia-legacy"))
+# A RuntimeClass handler is a DNS label; runc is containerd's built-in runtime.
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_RESERVED = ("runc",)
 
 
 @dataclass(frozen=True)
@@ -21,6 +27,26 @@ class Settings:
     runtime_dir: str
     runtime_name: str = "nvidia"  # renames the first runtime only, as NVIDIA's installer does
     set_as_default: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse settings that cannot be right whatever the config: raises
+        :class:`InvalidConfig` naming the bad value."""
+        if not posixpath.isabs(self.runtime_dir):
+            raise InvalidConfig(
+                f"--runtime-dir {self.runtime_dir!r} is not an absolute path: containerd would"
+                " resolve it against its own working directory"
+            )
+        name = self.runtime_name
+        if not _NAME.fullmatch(name):
+            raise InvalidConfig(
+                f"--runtime-name {name!r} is not a runtime name: lower-case letters, digits and"
+                " '-', at most 63, starting and ending with a letter or digit (a RuntimeClass"
+                " handler)"
+            )
+        others = [n for suffix, n in _VARIANTS if n]
+        if name in _RESERVED or name in others:
+            taken = "containerd's own runtime" if name in _RESERVED else "another NVIDIA runtime"
+            raise InvalidConfig(f"--runtime-name {name!r} is {taken}: choose another name")
 
     def runtimes(self) -> tuple[tuple[str, str], ...]:
         """``(runtime name, binary path)`` of each runtime install adds, in order."""
@@ -52,7 +78,9 @@ class Change:
 
 @dataclass(frozen=True)
 class Edit:
-    """A document after an edit, and the changes made to get there (empty: nothing to do)."""
+    """A document after an edit, the changes made to get there (empty: nothing to do), and
+    notes for the user about choices the edit made."""
 
     text: str
     changes: tuple[Change, ...] = ()
+    notes: tuple[str, ...] = ()

@@ -25,11 +25,13 @@ __all__ = [
     "key_line",
     "load",
     "pruned",
+    "quote_of",
     "raw_path",
     "remove_tables",
     "replace_value",
     "set_in",
     "string",
+    "value",
     "verify",
 ]
 
@@ -37,7 +39,11 @@ MISSING: Any = object()
 
 
 def load(text: str) -> dict[str, Any]:
-    """Parse ``text`` as TOML 1.0, or raise :class:`InvalidConfig` saying where it is wrong."""
+    """Parse ``text`` as TOML 1.0, or raise :class:`InvalidConfig` saying where it is wrong.
+
+    Bytes that are not UTF-8 (decoded with ``surrogateescape``) pass in comments and strings,
+    as containerd 1.x accepts them.
+    """
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -95,10 +101,18 @@ def delete_in(data: dict[str, Any], path: Path) -> None:
 
 
 def string(value: str, quote: str = '"') -> str:
-    """``value`` as a TOML string: literal (``'...'``) if ``quote`` says so and it can be."""
-    if quote == "'" and "'" not in value and value.isprintable():
-        return f"'{value}'"
-    return json.dumps(value, ensure_ascii=False)
+    """``value`` as a TOML string in the style of ``quote`` (one of the four quotes, as
+    :func:`quote_of` gives it): literal where the value allows it, else basic."""
+    literal = quote.startswith("'") and "'" not in value and value.isprintable()
+    if literal:
+        return f"{quote}{value}{quote}"
+    basic = json.dumps(value, ensure_ascii=False)
+    return f'""{basic}""' if quote == '"""' else basic
+
+
+def quote_of(spelled: str) -> str:
+    """The quote a TOML string value is spelled with (the multi-line ones included)."""
+    return spelled[:3] if spelled[:3] in ("'''", '"""') else spelled[:1]
 
 
 def dotted(path: Path) -> str:
@@ -122,7 +136,7 @@ def remove_tables(lines: list[str], layout: Layout, path: Path) -> tuple[int, st
     Returns where the first block was and the text of the deleted blocks (without the blank
     line before the first), or None if there were none.
     """
-    headers = [h for h in layout.within(path) if not h.array]
+    headers = layout.within(path)
     if not headers:
         return None
     removed: list[str] = []
@@ -146,8 +160,8 @@ def key_line(layout: Layout, owner: Header | None, key: str) -> tuple[int, re.Ma
     """Find ``key = <string or integer>`` in ``owner``'s block (the top level when None)."""
     pattern = re.compile(
         r"(?P<indent>[ \t]*)(?:%s|\"%s\"|'%s')(?P<eq>[ \t]*=[ \t]*)"
-        r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[+-]?[0-9_]+)(?P<rest>.*?)(?P<eol>\r?\n?)$"
-        % ((re.escape(key),) * 3)
+        r"(?P<value>'''[^\n]*?'''|\"\"\"(?:[^\\\n]|\\.)*?\"\"\"|\"(?:[^\"\\]|\\.)*\"|'[^']*'"
+        r"|[+-]?[0-9_]+)(?P<rest>.*?)(?P<eol>\r?\n?)$" % ((re.escape(key),) * 3)
     )
     rows = layout.body(owner) if owner else layout.top_level()
     for index in rows:
@@ -162,9 +176,23 @@ def replace_value(match: re.Match[str], value: str) -> str:
     return match.string[: match.start("value")] + value + match.string[match.end("value") :]
 
 
-def header_line(indent: str, raw: tuple[str, ...], newline: str) -> str:
-    """A ``[table]`` header line."""
-    return f"{indent}[{'.'.join(raw)}]{newline}"
+def header_line(indent: str, raw: tuple[str, ...], newline: str, array: bool = False) -> str:
+    """A ``[table]`` header line (``[[array]]`` when ``array``)."""
+    spelled = ".".join(raw)
+    return f"{indent}[[{spelled}]]{newline}" if array else f"{indent}[{spelled}]{newline}"
+
+
+def value(data: Any, quote: str = '"') -> str:
+    """A scalar or an array of scalars spelled as TOML (strings as :func:`string` does)."""
+    if isinstance(data, str):
+        return string(data, quote)
+    if isinstance(data, bool):
+        return "true" if data else "false"
+    if isinstance(data, int | float):
+        return repr(data)
+    if isinstance(data, list):
+        return "[" + ", ".join(value(item, quote) for item in data) + "]"
+    raise ToolkitError(f"cannot spell {data!r} as a TOML value")
 
 
 def raw_path(layout: Layout, path: Path) -> tuple[str, ...]:

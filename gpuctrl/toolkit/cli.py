@@ -19,13 +19,17 @@ is invalid input, found before anything is written.
 from __future__ import annotations
 
 import argparse
+import os
+import posixpath
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuctrl.toolkit._agent import Report, Target, cleanup, diff, install, plan
 from gpuctrl.toolkit._errors import InvalidConfig, ToolkitError
+from gpuctrl.toolkit._fs import read_bytes
 from gpuctrl.toolkit._restart import (
     RestartMode,
     choose_unit,
@@ -34,6 +38,7 @@ from gpuctrl.toolkit._restart import (
     unit_candidates,
 )
 from gpuctrl.toolkit._settings import Settings
+from gpuctrl.toolkit._toml import load
 
 __all__ = ["configure", "run"]
 
@@ -65,7 +70,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         ("run", "install, then wait; on SIGTERM/SIGINT/SIGHUP/SIGQUIT clean up and exit"),
         ("plan", "print a unified diff of what install would change; change nothing"),
     ):
-        _add_install_options(actions.add_parser(name, help=summary, description=summary))
+        sub = actions.add_parser(name, help=summary, description=summary)
+        _add_install_options(sub)
+        if name == "run":
+            sub.add_argument(
+                "--resync-seconds",
+                type=float,
+                default=30.0,
+                help="install again this often, following later edits of the files a drop-in"
+                " copies (default: 30)",
+            )
     undo = "undo install as its journal records, then restart the runtime"
     _add_common_options(actions.add_parser("cleanup", help=undo, description=undo))
 
@@ -82,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "cleanup":
             _report(cleanup(node.target), node)
         else:
-            _run_until_signalled(node, _settings(args))
+            _run_until_signalled(node, _settings(args), args.resync_seconds)
         return 0
     except InvalidConfig as err:
         print(f"gpuctrl toolkit: invalid input, nothing changed: {err}", file=sys.stderr)
@@ -92,8 +106,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _run_until_signalled(node: _Node, settings: Settings) -> None:
-    """install; wait for a stop signal (also one that came during install); cleanup.
+def _run_until_signalled(node: _Node, settings: Settings, resync: float) -> None:
+    """install; wait for a stop signal (also one that came during install), installing again
+    every ``resync`` seconds - which re-derives a drop-in from the files it copies, so an
+    admin's later edit of them takes effect (and restarts the runtime); cleanup.
 
     The signal handlers do nothing in Python: the interpreter writes each signal's number to a
     wakeup socket, which this blocks on. (A handler that sets a ``threading.Event`` deadlocks
@@ -108,8 +124,15 @@ def _run_until_signalled(node: _Node, settings: Settings) -> None:
         try:
             _report(install(node.target, settings), node)
             print("gpuctrl toolkit: installed; waiting for a stop signal", flush=True)
-            while reader.recv(1)[0] not in _STOP_SIGNALS:
-                pass  # another signal with a Python handler
+            reader.settimeout(resync)
+            while True:
+                try:
+                    if reader.recv(1)[0] in _STOP_SIGNALS:
+                        break
+                except TimeoutError:
+                    report = install(node.target, settings)
+                    if report.changed:
+                        _report(report, node)
             _report(cleanup(node.target), node)
         finally:
             for sig, handler in previous.items():
@@ -144,10 +167,26 @@ def _node(args: argparse.Namespace) -> _Node:
         return in_container(args.host_root, path)
 
     root = args.host_root or "/"
+    config = _template_read(config, opened)
     drop_in = opened(drop_in) if drop_in else None
     target = Target(args.runtime, opened(config), opened(args.state_dir), drop_in, root)
     unit = _unit(args.restart_unit, restart_mode, distribution, root)
     return _Node(target, restart_mode, opened(sock), root, unit)
+
+
+def _template_read(config: str, opened: Callable[[str], str]) -> str:
+    """``config``, or for a k3s/RKE2 template the one k3s reads in its folder (host paths)."""
+    from gpuctrl.toolkit._template import GENERATED, TEMPLATES, template_read
+
+    if posixpath.basename(config) not in TEMPLATES:
+        return config
+    generated = read_bytes(opened(posixpath.join(posixpath.dirname(config), GENERATED)))
+    try:
+        text = (generated or b"").decode("utf-8", "surrogateescape")
+        version = load(text).get("version", 1) if generated is not None else None
+    except InvalidConfig:
+        version = None
+    return template_read(config, lambda path: os.path.exists(opened(path)), version)
 
 
 def _unit(given: str | None, mode: RestartMode, distribution: str, root: str) -> str | None:

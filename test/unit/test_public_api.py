@@ -16,6 +16,7 @@ PACKAGES = (
     "gpuctrl.testing",
     "gpuctrl.toolkit",
     "gpuctrl.validator",
+    "webhooks",
 )
 
 

@@ -6,7 +6,7 @@ re-reads them every ``poll_interval`` seconds of its clock; a change of their by
 new TLS context. The server's context carries an SNI callback that hands every new TLS
 handshake the newest context, so new connections get the new certificate while open ones
 keep theirs. A pair that does not load (half-written, key and certificate not matching) is
-logged and the previous one kept; the next poll tries again.
+logged (once while it lasts) and the previous one kept; the next poll tries again.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class CertWatcher:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._current: ssl.SSLContext | None = None
         self._loaded: tuple[bytes, bytes] | None = None  # the bytes `_current` was built from
+        self._last_problem: str | None = None
 
     @property
     def loaded(self) -> bool:
@@ -62,7 +63,7 @@ class CertWatcher:
                 (self.cert_dir / KEY_FILE).read_bytes(),
             )
         except OSError as error:
-            log.warning("cannot read the serving certificate in %s: %s", self.cert_dir, error)
+            self._problem(f"cannot read the serving certificate in {self.cert_dir}: {error}")
             return False
         if pair == self._loaded:
             return False
@@ -70,11 +71,17 @@ class CertWatcher:
         try:
             context.load_cert_chain(self.cert_dir / CERT_FILE, self.cert_dir / KEY_FILE)
         except (OSError, ssl.SSLError) as error:
-            log.warning("the serving certificate in %s does not load: %s", self.cert_dir, error)
+            self._problem(f"the serving certificate in {self.cert_dir} does not load: {error}")
             return False
-        self._current, self._loaded = context, pair
+        self._current, self._loaded, self._last_problem = context, pair, None
         log.info("serving certificate loaded from %s", self.cert_dir)
         return True
+
+    def _problem(self, message: str) -> None:
+        """Log a problem once, not on every poll while it lasts."""
+        if message != self._last_problem:
+            log.warning("%s", message)
+            self._last_problem = message
 
     async def watch(self, stop: asyncio.Event) -> None:
         """`reload` every ``poll_interval`` until ``stop`` is set."""

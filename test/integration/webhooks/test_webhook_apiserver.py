@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 import yaml
@@ -71,7 +72,8 @@ def workload_pod(namespace: str) -> dict[str, Any]:
 async def start_webhook(
     control_plane: ControlPlane, namespace: str, port: int, *flags: str
 ) -> asyncio.subprocess.Process:
-    """``gpuctrl webhook`` for ``namespace`` on ``port``, once it accepts TLS connections."""
+    """``gpuctrl webhook`` for ``namespace`` on ``port``, once it accepts TLS connections
+    (``flags`` come last: a repeated flag overrides the defaults here)."""
     process = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).with_name("gpuctrl")), "webhook",
         "--kubeconfig", str(control_plane.kubeconfig),
@@ -359,3 +361,44 @@ async def test_gpuctrl_validate_cuda_passes_in_a_meshed_namespace_with_the_istio
         ]  # fmt: skip
         assert await asyncio.to_thread(main, argv) == 0
         assert len(mesh.injected) == injected, "Istio's injector never saw the workload pod"
+
+
+async def test_readiness_and_metrics_on_their_own_ports(
+    control_plane: ControlPlane,
+    kube_api: ApiClient,
+    namespace: str,
+    pod_policy: MakePolicy,
+    tmp_path: Path,
+) -> None:
+    policy = await pod_policy(meshes=["istio"])
+    health, metrics = free_port(), free_port()
+    process = await start_webhook(
+        control_plane, namespace, free_port(), "--manage-certificates",
+        "--cert-dir", str(tmp_path),
+        "--health-probe-bind-address", f"127.0.0.1:{health}",
+        "--metrics-bind-address", f"127.0.0.1:{metrics}",
+    )  # fmt: skip
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def ready() -> bool:
+                async with session.get(f"http://127.0.0.1:{health}/readyz") as response:
+                    return response.status == 200
+
+            await eventually(ready, within=30)
+
+            async def counted() -> None:
+                await create_pod(kube_api, namespace)
+                async with session.get(f"http://127.0.0.1:{metrics}/metrics") as response:
+                    text = await response.text()
+                name = policy["metadata"]["name"]
+                assert f'gpuctrl_pod_policy_mutations_total{{policy="{name}"}}' in text
+                assert (
+                    'controller_runtime_webhook_requests_total{code="200",webhook="/mutate-v1-pod"}'
+                    in text
+                )
+
+            await eventually(counted, within=30)
+    finally:
+        process.terminate()
+        await process.wait()

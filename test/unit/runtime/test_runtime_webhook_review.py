@@ -8,6 +8,8 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuctrl.runtime.webhook import (
     BadReview,
@@ -110,3 +112,20 @@ def test_parse_review_reads_a_generate_name_dry_run_request() -> None:
 def test_parse_review_names_what_is_wrong(body: bytes | str, message: str) -> None:
     with pytest.raises(BadReview, match=message):
         parse_review(body if isinstance(body, bytes) else body.encode())
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(["a", "b", "a/b", "~", "~1", ""]), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(original=json_values, mutated=json_values)
+def test_patched_turns_any_document_into_any_other(original: Any, mutated: Any) -> None:
+    patch = list(patched({"root": original}, {"root": mutated}).patch)
+    assert jsonpatch.apply_patch({"root": original}, patch) == {"root": mutated}

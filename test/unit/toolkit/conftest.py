@@ -10,40 +10,71 @@ from typing import Any
 
 import pytest
 
-from gpuctrl.toolkit import Settings, Target, cleanup, install, load_config, load_journal
-from gpuctrl.toolkit._containerd import cri_path
+from gpuctrl.toolkit import (
+    Settings,
+    Source,
+    Target,
+    cleanup,
+    containerd_drop_in,
+    import_drop_in,
+    install,
+    load_config,
+    load_journal,
+)
+from gpuctrl.toolkit._containerd import DEFAULT_RUNC, RUNC_V2, cri_path
 
 
 def runc_table(data: bytes | None) -> Any:
     """The runc runtime containerd uses with this config: the file's, or the built-in one when
-    the file defines no runtimes at all (None when it defines others but no runc)."""
-    text = (data or b"").decode()
+    the file defines no runtimes at all, or is version 3 (None when a version 1/2 file defines
+    others but no runc: containerd 1.x then has none)."""
+    text = (data or b"").decode(errors="surrogateescape")
     parsed, version = load_config(text)
     node: Any = parsed
     for key in (*cri_path(parsed, version), "containerd", "runtimes"):
         node = node.get(key) if isinstance(node, dict) else None
-    return node.get("runc") if node else {"runtime_type": "io.containerd.runc.v2"}
+    found = node.get("runc") if node else None
+    return _builtin_runc(version) if found is None and (not node or version == 3) else found
+
+
+def _builtin_runc(version: int) -> dict[str, Any]:
+    """containerd's built-in runc: 1.x's as `containerd config default` prints it; 2.x keeps
+    its own whatever the file defines, so the file's runc is never needed."""
+    return {"runtime_type": RUNC_V2} if version == 3 else DEFAULT_RUNC
 
 
 def nvidia_copies(text: str, settings: Settings) -> dict[str, Any]:
-    """The runtime tables install must write, by the issue's rule: each a copy of the default
-    runtime (unless it is an nvidia one), else runc, else crun, else ``runtime_type`` alone,
-    with ``options.BinaryName`` set."""
+    """The runtime tables install must write, by the issue's rule: each a copy of the first
+    runc-based runtime of the default runtime (unless it is an nvidia one), runc and crun,
+    else of a clean runc runtime, with ``options.BinaryName`` set."""
     data, version = load_config(text)
     node: Any = data
     for key in (*cri_path(data, version), "containerd"):
         node = node.get(key, {}) if isinstance(node, dict) else {}
     runtimes, default = node.get("runtimes", {}), node.get("default_runtime_name")
+    if version == 3:  # containerd 2.x's built-in runc, merged with the file's
+        runtimes = {**runtimes, "runc": {"runtime_type": RUNC_V2, **runtimes.get("runc", {})}}
     ours = {name for name, _ in settings.runtimes()}
     first = [] if default in ours or str(default).startswith("nvidia") else [default]
     source = next(
-        (runtimes[n] for n in [*first, "runc", "crun"] if n in runtimes),
-        {"runtime_type": "io.containerd.runc.v2"},
+        (
+            runtimes[n]
+            for n in [*first, "runc", "crun"]
+            if runtimes.get(n, {}).get("runtime_type") == RUNC_V2
+        ),
+        _builtin_runc(version),
     )
     return {
         name: {**source, "options": {**source.get("options", {}), "BinaryName": binary}}
         for name, binary in settings.runtimes()
     }
+
+
+def drop_in_pair(text: str, config: str, drop_in: str, settings: Settings) -> tuple[str, str]:
+    """The main config and the drop-in install writes for a config that imports nothing else."""
+    main = import_drop_in(text, config, drop_in).text
+    data, version = load_config(main)
+    return main, containerd_drop_in(version, [Source(config, data)], [], drop_in, settings).text
 
 
 @dataclass(frozen=True)
@@ -99,7 +130,7 @@ class Properties:
             installed = node.read()
             dropped = node.read(node.drop_in)
             assert installed is not None
-            tomllib.loads(installed.decode())
+            tomllib.loads(installed.decode(errors="surrogateescape"))
             assert runc_table(installed) == runc_table(original)
             again = install(target, settings)
             assert not again.changed
@@ -129,7 +160,7 @@ class Properties:
                 assert node.read() == comment + (original or b"")
             else:
                 assert tomllib.loads(node.config.read_text()) == tomllib.loads(
-                    (original or b"").decode()
+                    (original or b"").decode(errors="surrogateescape")
                 )
             assert runc_table(node.read()) == runc_table(original)
 
@@ -158,3 +189,9 @@ def runc() -> Any:
 def copies() -> Any:
     """:func:`nvidia_copies`, for the test modules."""
     return nvidia_copies
+
+
+@pytest.fixture(scope="session")
+def drop_in() -> Any:
+    """:func:`drop_in_pair`, for the test modules."""
+    return drop_in_pair

@@ -95,7 +95,8 @@ def test_run_cleans_up_on_each_stop_signal(stop: signal.Signals, tmp_path: Path)
 
 def test_drop_in_already_covered_by_a_glob_leaves_the_main_file_alone(tmp_path: Path) -> None:
     config, drop_in = tmp_path / "config.toml", tmp_path / "conf.d" / "99-nvidia.toml"
-    original = INSTALLER.replace(b"version = 2\n", b'version = 2\nimports = ["conf.d/*.toml"]\n')
+    glob = f'imports = ["{tmp_path}/conf.d/*.toml"]\n'.encode()
+    original = INSTALLER.replace(b"version = 2\n", b"version = 2\n" + glob)
     config.write_bytes(original)
     assert main(_argv("install", tmp_path, "--drop-in", str(drop_in))) == 0
     assert config.read_bytes() == original
@@ -103,6 +104,18 @@ def test_drop_in_already_covered_by_a_glob_leaves_the_main_file_alone(tmp_path: 
     assert main(_argv("cleanup", tmp_path)) == 0
     assert config.read_bytes() == original
     assert not drop_in.exists()
+
+
+def test_a_relative_glob_does_not_count_as_importing_the_drop_in(tmp_path: Path) -> None:
+    """containerd 1.6 expands a relative glob against its working directory, not the config's
+    folder: install imports the drop-in by its absolute path as well."""
+    config, drop_in = tmp_path / "config.toml", tmp_path / "conf.d" / "99-nvidia.toml"
+    original = INSTALLER.replace(b"version = 2\n", b'version = 2\nimports = ["conf.d/*.toml"]\n')
+    config.write_bytes(original)
+    assert main(_argv("install", tmp_path, "--drop-in", str(drop_in))) == 0
+    assert f'imports = ["conf.d/*.toml", "{drop_in}"]'.encode() in config.read_bytes()
+    assert main(_argv("cleanup", tmp_path)) == 0
+    assert config.read_bytes() == original
 
 
 def test_drop_in_cleanup_keeps_edits_to_the_main_file(tmp_path: Path) -> None:

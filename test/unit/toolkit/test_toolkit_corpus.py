@@ -17,7 +17,6 @@ from gpuctrl.toolkit import (
     _fs,
     add_runtimes,
     cleanup,
-    containerd_drop_in,
     install,
     load_config,
     load_journal,
@@ -43,7 +42,7 @@ def _settings(default: bool) -> Settings:
 def test_pure_edit_is_idempotent_and_reverts_exactly(
     original: bytes | None, default: bool, runc: Callable[[bytes | None], Any], copies: Any
 ) -> None:
-    text, settings = (original or b"").decode(), _settings(default)
+    text, settings = (original or b"").decode(errors="surrogateescape"), _settings(default)
     edit = add_runtimes(text, settings)
     runtimes = _runtimes(edit.text)
     assert {name: runtimes[name] for name, _ in settings.runtimes()} == copies(text, settings)
@@ -54,7 +53,7 @@ def test_pure_edit_is_idempotent_and_reverts_exactly(
         again = add_runtimes(edit.text, settings)
         assert (again.text, again.changes) == (edit.text, ())
     assert revert_changes(edit.text, edit.changes) == text
-    assert runc(edit.text.encode()) == runc(original)
+    assert runc(edit.text.encode(errors="surrogateescape")) == runc(original)
     assert runtimes["nvidia"]["options"]["BinaryName"].endswith("/nvidia-container-runtime")
     assert runtimes["nvidia-cdi"]["options"]["BinaryName"].endswith(".cdi")
     assert runtimes["nvidia-legacy"]["options"]["BinaryName"].endswith(".legacy")
@@ -64,7 +63,7 @@ def test_pure_edit_is_idempotent_and_reverts_exactly(
 def test_install_keeps_every_line_of_the_user(original: bytes | None) -> None:
     """Format-preserving: the new file holds every original line, in order, unchanged but one
     (``default_runtime_name``); CRLF files stay CRLF."""
-    text = (original or b"").decode()
+    text = (original or b"").decode(errors="surrogateescape")
     new = add_runtimes(text, _settings(True)).text
     old_lines = [line for line in text.splitlines() if "default_runtime_name" not in line]
     assert _in_order(old_lines, new.splitlines())
@@ -89,15 +88,15 @@ def test_third_party_edit_survives_cleanup(original: bytes | None, properties: A
 
 
 @pytest.mark.parametrize("original", DROP_IN_LAYOUTS)
-def test_drop_in_keeps_main_file_and_never_exceeds_its_version(original: bytes | None) -> None:
-    text = (original or b"").decode()
-    main, drop = containerd_drop_in(
-        text, "/etc/containerd/config.toml", "/d/99.toml", _settings(True)
-    )
-    data, added = tomllib.loads(drop), tomllib.loads(main.text)
+def test_drop_in_keeps_main_file_and_never_exceeds_its_version(
+    original: bytes | None, drop_in: Any
+) -> None:
+    text = (original or b"").decode(errors="surrogateescape")
+    main, drop = drop_in(text, "/etc/containerd/config.toml", "/d/99.toml", _settings(True))
+    data, added = tomllib.loads(drop), tomllib.loads(main)
     assert data["version"] == added.get("version", 2)
     kept = [line for line in text.splitlines() if not line.startswith("imports")]
-    assert _in_order(kept, main.text.splitlines())
+    assert _in_order(kept, main.splitlines())
     assert "/d/99.toml" in added["imports"]
 
 
@@ -127,8 +126,10 @@ def test_nvidia_default_is_not_copied(name: str, default: str, node: Any) -> Non
     """A default runtime that is an nvidia one (left by NVIDIA's toolkit or an earlier install:
     one of ours, or any nvidia*) is not the source: the runtimes copy runc's options instead
     (its SystemdCgroup = true), and cleanup restores the file."""
-    text = (DATA / "nvidia-toolkit-leftover.toml").read_bytes().decode()
-    original = re.sub(r'(runtimes\.|")nvidia([.\]"])', rf"\g<1>{default}\2", text).encode()
+    text = (DATA / "nvidia-toolkit-leftover.toml").read_bytes().decode(errors="surrogateescape")
+    original = re.sub(r'(runtimes\.|")nvidia([.\]"])', rf"\g<1>{default}\2", text).encode(
+        errors="surrogateescape"
+    )
     node.write(original)
     settings = Settings("/opt/nvidia", runtime_name=name, set_as_default=True)
     install(node.target(), settings)
@@ -236,6 +237,7 @@ def test_crash_at_every_write_step(
         _assert_whole(node, original, installed)
         install(target, settings)  # again: finishes the job from the recorded original
         assert (node.read(), node.read(node.drop_in)) == installed
+        assert not list(node.root.rglob(f"*{_fs.TMP_SUFFIX}"))  # a killed write's are gone
         cleanup(target)
         assert (node.read(), node.read(node.drop_in)) == (original, None)
     for crash_at in range(1, cleanup_steps + 1):

@@ -18,7 +18,7 @@ CRIO_CONF = b'# the distribution\'s crio.conf\n[crio.runtime]\ndefault_runtime =
     [
         ("99-nvidia.toml", []),
         ("99-nvidia-default.toml", ["--set-as-default"]),
-        ("99-nvidia-renamed.toml", ["--set-as-default", "--runtime-name", "gpu.nvidia"]),
+        ("99-nvidia-renamed.toml", ["--set-as-default", "--runtime-name", "gpu-nvidia"]),
     ],
     ids=["runtimes", "set-as-default", "renamed"],
 )
@@ -40,7 +40,7 @@ def test_crio_drop_in_golden(
     assert main(["toolkit", "cleanup", *common]) == 0
     assert not drop_in.exists()
     assert conf.read_bytes() == CRIO_CONF
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["crio.conf", "crio.conf.d", "s"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["crio.conf", "crio.conf.d"]
 
 
 def test_crio_drop_in_that_existed_is_restored(tmp_path: Path) -> None:

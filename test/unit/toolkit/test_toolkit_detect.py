@@ -144,8 +144,12 @@ def test_drop_in_mode_always_imports_the_drop_in_by_its_host_path(tmp_path: Path
 
 @pytest.mark.parametrize(
     ("imports", "uses_drop_in"),
-    [('imports = ["conf.d/*.toml"]\n', True), ("", False)],
-    ids=["config-imports-conf.d", "no-imports"],
+    [
+        ('imports = ["/etc/containerd/conf.d/*.toml"]\n', True),
+        ('imports = ["conf.d/*.toml"]\n', False),  # containerd 1.6 would not load it
+        ("", False),
+    ],
+    ids=["config-imports-conf.d", "relative-glob", "no-imports"],
 )
 def test_drop_in_mode_auto_follows_the_configs_imports(
     imports: str, uses_drop_in: bool, tmp_path: Path

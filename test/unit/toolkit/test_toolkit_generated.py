@@ -11,7 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuctrl.toolkit import Settings, add_runtimes, containerd_drop_in, revert_changes
+from gpuctrl.toolkit import Settings, add_runtimes, revert_changes
+from gpuctrl.toolkit._containerd import DEFAULT_RUNC
 
 CRI = {None: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 OURS = Settings("/usr/local/nvidia/toolkit", set_as_default=True)
@@ -36,9 +37,13 @@ def configs(draw: st.DrawFn, versions: tuple[int | None, ...] = (None, 2, 3)) ->
     tables: dict[tuple[str, ...], dict[str, Any]] = {}
     for name in names:
         path = (*cri, "containerd", "runtimes", name)
-        tables[path] = draw(leaves) | {"runtime_type": "io.containerd.runc.v2"}
-        if draw(st.booleans()):
+        kinds = ["io.containerd.runc.v2", "io.containerd.kata.v2"] if name == "kata" else []
+        kind = draw(st.sampled_from(kinds or ["io.containerd.runc.v2"]))
+        tables[path] = draw(leaves) | {"runtime_type": kind}
+        if draw(st.booleans()) or name == "nvidia":  # an nvidia one runs NVIDIA's runtime
             options = {"SystemdCgroup": draw(st.booleans())} | draw(leaves)
+            if name == "nvidia":
+                options["BinaryName"] = "/usr/local/nvidia/toolkit/nvidia-container-runtime"
             tables[(*path, "options")] = options
     if draw(st.booleans()):
         default = draw(st.sampled_from([*names, "runc"]))
@@ -115,14 +120,14 @@ def test_generated_round_trip_and_third_party_edit(
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs(versions=(2, 3)), ours=st.sampled_from([OURS, KEEP]))
 def test_generated_drop_in_round_trip(
-    config: tuple[str, bool], ours: Settings, properties: Any, copies: Any
+    config: tuple[str, bool], ours: Settings, properties: Any, copies: Any, drop_in: Any
 ) -> None:
     """Drop-in mode: install -> cleanup restores both files, install twice == once; the
     drop-in holds the runtimes and (version 2: containerd 1.x replaces the whole plugin table)
     every other setting of the main file's CRI table unchanged."""
     text, _ = config
     properties.round_trip(text.encode(), ours, drop_in=True)
-    _, drop = containerd_drop_in(text, "/etc/containerd/config.toml", "/d/99-nvidia.toml", ours)
+    _, drop = drop_in(text, "/etc/containerd/config.toml", "/d/99-nvidia.toml", ours)
     plugin, original = _plugin(drop), _plugin(text)
     containerd = plugin["containerd"]
     runtimes = containerd["runtimes"]
@@ -133,7 +138,7 @@ def test_generated_drop_in_round_trip(
     if tomllib.loads(text).get("version") == 2:
         theirs = original.get("containerd", {}).get("runtimes", {})
         if not theirs:  # containerd's built-in runc, spelled out
-            assert runtimes.pop("runc") == {"runtime_type": "io.containerd.runc.v2"}
+            assert runtimes.pop("runc") == DEFAULT_RUNC
         for name, _ in ours.runtimes():
             theirs.pop(name, None)
         assert _pruned(plugin) == _pruned(original)

@@ -158,3 +158,28 @@ def test_the_base_drops_the_banner_and_is_stable() -> None:
     assert "DO NOT EDIT" not in base
     assert base.endswith(K3S_GENERATED.decode().partition("\n")[2])
     assert template_from_generated(base, "t", "s") == base  # from a config rendered from it
+
+
+@pytest.mark.parametrize(
+    ("generated", "existing", "written"),
+    [
+        (RKE2_V3_GENERATED, None, "config-v3.toml.tmpl"),
+        (K3S_GENERATED, None, "config.toml.tmpl"),
+        (RKE2_V3_GENERATED, "config.toml.tmpl", "config.toml.tmpl"),
+    ],
+    ids=["v3-generated", "v2-generated", "existing-v2-template"],
+)
+def test_the_template_written_is_the_one_k3s_reads(
+    generated: bytes, existing: str | None, written: str, tmp_path: Path
+) -> None:
+    """k3s reads config-v3.toml.tmpl first (as version 3), then config.toml.tmpl: without
+    either, a version 3 generated config (containerd 2.x) gets config-v3.toml.tmpl."""
+    folder = _node(tmp_path, K3S, generated)
+    if existing:
+        (folder / existing).write_bytes(generated.split(b"\n", 1)[1])
+    assert _toolkit("install", tmp_path, "k3s", "config.toml.tmpl") == 0
+    assert b"nvidia-container-runtime.cdi" in (folder / written).read_bytes()
+    other = {"config.toml.tmpl", "config-v3.toml.tmpl"} - {written}
+    assert not (folder / other.pop()).exists()
+    assert _toolkit("cleanup", tmp_path, "k3s", "config.toml.tmpl") == 0
+    assert (folder / written).exists() == bool(existing)

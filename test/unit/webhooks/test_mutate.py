@@ -185,10 +185,23 @@ def test_a_label_added_by_one_policy_can_target_the_next() -> None:
 
 
 def test_the_request_object_is_not_changed() -> None:
-    original = pod()
-    snapshot = pod()
-    mutate(original, [policy("a", meshes=["istio"], resources={"limits": {"cpu": "1"}})])
-    assert original == snapshot
+    def full() -> dict[str, Any]:
+        made = pod({**WORKLOAD, "x": "y"}, spec={})
+        made["metadata"]["annotations"] = {"a": "b"}
+        made["spec"] = {
+            "initContainers": [{"name": "i", "resources": {"limits": {"cpu": "2"}}}],
+            "containers": [{"name": "c", "resources": {"requests": {"memory": "1Gi"}}}],
+        }
+        return made
+
+    original = full()
+    everything = policy(
+        "a",
+        meshes=["istio", "linkerd"],
+        resources={"limits": {"cpu": "1"}, "requests": {"memory": "2Gi"}},
+    )
+    assert mutate(original, [everything]).patch
+    assert original == full()
 
 
 @pytest.mark.parametrize(
