@@ -22,7 +22,8 @@ from controllers._kinds import (
     PODS,
 )
 from controllers.render import ClusterFacts
-from gpuctrl.runtime import Cache, Informer, Mapper, Request, Resource, Transform
+from controllers.render._facts import GPU_LABELS, OS_ID_LABEL, OS_VERSION_LABEL
+from gpuctrl.runtime import Cache, Event, Informer, Mapper, Request, Resource, Transform
 
 __all__ = [
     "TRANSFORMS",
@@ -32,6 +33,7 @@ __all__ = [
     "cluster_facts",
     "honoured",
     "informer",
+    "node_role_changed",
     "owned_objects",
     "to_honoured",
 ]
@@ -156,6 +158,22 @@ def to_honoured(cache: Cache) -> Mapper:
         return () if found is None else (Request("", found["metadata"]["name"]),)
 
     return mapper
+
+
+def _node_role(obj: Mapping[str, Any]) -> tuple[bool, str | None, str | None]:
+    labels = obj["metadata"].get("labels") or {}
+    gpu = any(labels.get(label) == "true" for label in GPU_LABELS)
+    return gpu, labels.get(OS_ID_LABEL), labels.get(OS_VERSION_LABEL)
+
+
+def node_role_changed(event: Event) -> bool:
+    """Passes Node adds, deletes and updates that change what a render reads of a node:
+    whether it has a GPU, its OS (not the deploy labels the labeller writes)."""
+    return (
+        event.type != "update"
+        or event.old is None
+        or _node_role(event.old) != _node_role(event.obj)
+    )
 
 
 def cluster_facts(cache: Cache, namespace: str) -> ClusterFacts:

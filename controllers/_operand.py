@@ -27,6 +27,7 @@ from controllers._cluster import (
     cluster_facts,
     honoured,
     informer,
+    node_role_changed,
     owned_objects,
     to_honoured,
 )
@@ -50,7 +51,6 @@ from gpuctrl.runtime import (
     Request,
     Result,
     generation_changed,
-    labels_changed,
     resource_version_changed,
     set_controller_reference,
 )
@@ -75,13 +75,15 @@ _DESIRED = Gauge(
 @dataclass(frozen=True)
 class Operand:
     """One operand: its ``component`` (label value, controller name, field manager suffix),
-    the ``condition`` type it owns, whether a policy ``enabled`` it, and which GPU nodes it
-    cannot serve (``unplaced``: the driver's nodes without NFD OS labels)."""
+    the ``condition`` type it owns, whether a policy ``enabled`` it, which GPU nodes it
+    cannot serve (``unplaced``: the driver's nodes without NFD OS labels), and the errors that
+    keep its last good objects in place (``blocked``: the driver's repository errors)."""
 
     component: str
     condition: str
     enabled: Callable[[ClusterPolicy], bool]
     unplaced: Callable[[ClusterPolicy, ClusterFacts], list[str]] = lambda policy, facts: []
+    blocked: Callable[[ClusterPolicy, ClusterFacts], list[str]] = lambda policy, facts: []
 
     @property
     def field_manager(self) -> str:
@@ -106,7 +108,7 @@ def setup_operand(
     policy = to_honoured(cache)
     ours = _component_is(operand.component)
     controller.watch(informer(cache, CLUSTER_POLICIES, namespace), policy, (generation_changed,))
-    controller.watch(informer(cache, NODES, namespace), policy, (labels_changed,))
+    controller.watch(informer(cache, NODES, namespace), policy, (node_role_changed,))
     controller.watch(informer(cache, CONFIG_MAPS, namespace), policy, (resource_version_changed,))
     for resource in (*OWNED.values(), PODS, CONTROLLER_REVISIONS):
         if resource != CONFIG_MAPS:
@@ -140,6 +142,15 @@ class _OperandReconciler:
             return None
         except RenderError as error:
             await self._condition(policy, False, "InvalidSpec", str(error))
+            return None
+        if self._operand.enabled(policy.model) and (
+            errors := self._operand.blocked(policy.model, facts)
+        ):
+            text = (
+                f"{len(errors)} error(s) in its configuration keep the last good objects "
+                f"running: {'; '.join(errors)}"
+            )
+            await self._condition(policy, False, "InvalidRepoConfig", text)
             return None
         desired = [with_hash(set_controller_reference(policy.obj, obj)) for obj in rendered]
         for obj in desired:

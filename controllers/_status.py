@@ -45,9 +45,13 @@ class PolicyStatus:
         policy: Mapping[str, Any],
         conditions: list[dict[str, Any]],
         fields: Mapping[str, Any] | None = None,
-    ) -> None:
+        *,
+        quiet: bool = False,
+    ) -> bool:
         """Put ``conditions`` (and top-level status ``fields``) on ``policy`` as cached; no
-        request when they are already there. A policy deleted meanwhile is no error."""
+        request when they are already there; whether it wrote. A policy deleted meanwhile is
+        no error. ``quiet``: no Event for a condition turning False (the caller records its
+        own)."""
 
         def mutate(status: dict[str, Any]) -> None:
             status.update(fields or {})
@@ -66,13 +70,14 @@ class PolicyStatus:
         try:
             stored = await self._writer.update(CLUSTER_POLICIES, policy, mutate)
         except NotFound:
-            return
+            return False
         if stored is None:
-            return
-        for entry in conditions:
+            return False
+        for entry in [] if quiet else conditions:
             if entry["status"] == "False" and before.get(entry["type"]) != "False":
                 text = f"{entry['type']}: {entry['message']}"
                 self.event(stored, "Warning", entry["reason"], text)
+        return True
 
     def event(
         self, policy: Mapping[str, Any], type: Literal["Normal", "Warning"], reason: str, text: str

@@ -7,23 +7,37 @@ one Event recorder.
 
 from __future__ import annotations
 
-from controllers import deviceplugin, driver, nodes, podpolicy, policy, toolkit, validator
+from controllers import (
+    deviceplugin,
+    driver,
+    nodes,
+    podpolicy,
+    policy,
+    repoconfig,
+    toolkit,
+    validator,
+)
 from controllers._cluster import TRANSFORMS
 from controllers._status import PolicyStatus
 from gpuctrl.runtime import Manager, StatusWriter
 
-__all__ = ["COMPONENT", "TRANSFORMS", "setup_controllers"]
-
-COMPONENT = "gpuctrl-manager"
-"""The Events' source component."""
+__all__ = ["TRANSFORMS", "setup_controllers"]
 
 
 def setup_controllers(manager: Manager, namespace: str) -> None:
-    """Add the operator's controllers, whose operands live in ``namespace``, to ``manager``."""
+    """Add the operator's controllers, whose operands live in ``namespace``, to ``manager``.
+
+    Each records its Events as ``gpuctrl-<module>``, so each has its own spam-filter budget
+    and ``kubectl describe`` tells who said what.
+    """
     writer = StatusWriter(manager.client, attempts=10, clock=manager.clock)
-    status = PolicyStatus(writer, manager.event_recorder(COMPONENT))
-    nodes.setup(manager, namespace, status)
+
+    def status(name: str) -> PolicyStatus:
+        return PolicyStatus(writer, manager.event_recorder(f"gpuctrl-{name}"))
+
+    nodes.setup(manager, namespace, status("nodes"))
     for operand in (driver, toolkit, validator, deviceplugin):
-        operand.setup(manager, namespace, status)
-    policy.setup(manager, namespace, status)
+        operand.setup(manager, namespace, status(operand.__name__.rpartition(".")[2]))
+    repoconfig.setup(manager, namespace, status("repo-config"))
+    policy.setup(manager, namespace, status("policy"))
     podpolicy.setup(manager, namespace)

@@ -145,7 +145,7 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Contro
         if not gpus:
             entry = condition(LABELLED, True, "NoGPUNodes", "no GPU nodes", generation)
         elif pending:
-            text = f"{pending} node(s) await label changes; {len(gpus)} GPU nodes"
+            text = "GPU nodes await their labels"  # no count: one write, not one per node
             entry = condition(LABELLED, False, "LabelsPending", text, generation)
         else:
             text = f"{len(gpus)}/{len(gpus)} GPU nodes labelled"

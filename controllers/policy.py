@@ -13,24 +13,31 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controllers._cluster import Policy, honoured, informer, to_honoured
+from controllers._cluster import Policy, honoured, informer, node_role_changed, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, NODES, PODS
 from controllers._status import PolicyStatus, condition
 from controllers.nodes import DEPLOY_LABELS, LABELLED, enabled_components, is_gpu
+from controllers.repoconfig import REPO_CONFIG_READY
 from gpuctrl.runtime import (
     Controller,
     Event,
     Manager,
     Request,
     Result,
-    labels_changed,
     resource_version_changed,
 )
 
 __all__ = ["CONDITIONS", "READY", "ready_nodes", "setup"]
 
 READY = "Ready"
-CONDITIONS = (LABELLED, "DriverReady", "ToolkitReady", "ValidatorReady", "DevicePluginReady")
+CONDITIONS = (
+    LABELLED,
+    REPO_CONFIG_READY,
+    "DriverReady",
+    "ToolkitReady",
+    "ValidatorReady",
+    "DevicePluginReady",
+)
 """The conditions of the other controllers that ``Ready`` aggregates."""
 _COMPONENT = "app.kubernetes.io/component"
 
@@ -109,6 +116,6 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
     controller.watch(policies, predicates=(resource_version_changed,))
     controller.watch(policies, to_honoured(cache), (deleted,))
     controller.watch(pods, to_honoured(cache), (resource_version_changed,))
-    controller.watch(nodes, to_honoured(cache), (labels_changed,))
+    controller.watch(nodes, to_honoured(cache), (node_role_changed,))
     manager.add(controller)
     return controller

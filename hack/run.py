@@ -4,7 +4,7 @@ Without KUBECONFIG it starts a local control plane (etcd, kube-apiserver, contro
 scheduler) with simulated GPU nodes of two OS versions and creates the minimal sample
 ClusterPolicy and the Istio PodPolicy sample. In both cases it installs the CRDs, starts
 ``gpuctrl webhook`` (managed certificates, configuration on its loopback URL) and runs
-`gpuctrl manager` (metrics on $GPUCTRL_METRICS_ADDRESS, default 127.0.0.1:8080; probes on
+``gpuctrl manager`` (metrics on $GPUCTRL_METRICS_ADDRESS, default 127.0.0.1:8080; probes on
 $GPUCTRL_PROBE_ADDRESS, default 127.0.0.1:8081) in the foreground until Ctrl-C, when it stops
 everything it started. The manager labels the nodes, applies the operands and keeps them
 converged.

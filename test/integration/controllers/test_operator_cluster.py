@@ -24,6 +24,7 @@ from operator_helpers import (
     status_of,
 )
 
+from gpuctrl.runtime import METRICS_REGISTRY as REGISTRY
 from gpuctrl.runtime import Client, Manager, Resource
 from gpuctrl.testing import ControlPlane, SimulatedKubelet, eventually, simulated_gpu_nodes
 
@@ -38,6 +39,10 @@ PODS = Resource("v1", "Pod", "pods")
 SERVICE_ACCOUNTS = Resource("v1", "ServiceAccount", "serviceaccounts")
 RUNTIME_CLASSES = Resource("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False)
 MANAGED = "app.kubernetes.io/managed-by=gpuctrl"
+GOOD_REPOS = {
+    "mirror.list": "deb http://mirror.example.com/ubuntu jammy main\n",
+    "mirror.repo": "[mirror]\nname=mirror\nbaseurl=http://mirror.example.com/rhel9\n",
+}
 DEPLOY = {
     f"nvidia.com/gpu.deploy.{operand}": "true"
     for operand in ("driver", "container-toolkit", "operator-validator", "device-plugin")
@@ -87,13 +92,15 @@ async def converged(client: Client, ready_nodes: str = "4/4") -> dict[str, Any]:
     async def ready() -> dict[str, Any]:
         obj = await client.get(POLICIES, POLICY)
         status = obj.get("status") or {}
-        assert status.get("state") == "ready", status
+        assert status.get("state") == "ready", [
+            c for c in status.get("conditions", ()) if c["status"] != "True"
+        ]
         generations = {c.get("observedGeneration") for c in status["conditions"]}
         assert generations == {obj["metadata"]["generation"]}, status
         assert status.get("readyNodes") == ready_nodes, status
         return status
 
-    return await eventually(ready, within=90)
+    return await eventually(ready, within=120)
 
 
 async def test_mixed_os_cluster_converges(
@@ -106,6 +113,7 @@ async def test_mixed_os_cluster_converges(
     assert {t: c["status"] for t, c in found.items()} == dict.fromkeys(
         (
             "NodesLabelled",
+            "RepoConfigReady",
             "DriverReady",
             "ToolkitReady",
             "ValidatorReady",
@@ -294,7 +302,7 @@ async def test_a_missing_configmap_is_named_and_the_driver_keeps_running(
     after = await daemonsets(client, NAMESPACE)
     for name in DRIVERS:
         assert after[name]["metadata"]["generation"] == before[name]["metadata"]["generation"]
-    repo = {"metadata": {"name": "repo-list", "namespace": NAMESPACE}, "data": {"a.list": "x"}}
+    repo = {"metadata": {"name": "repo-list", "namespace": NAMESPACE}, "data": GOOD_REPOS}
     await client.create(CONFIG_MAPS, repo)
     await converged(client)
     after = await daemonsets(client, NAMESPACE)
@@ -306,6 +314,41 @@ async def test_a_missing_configmap_is_named_and_the_driver_keeps_running(
     ]
     await patch_policy(client, {"driver": {"repoConfig": None}})
     await client.delete(CONFIG_MAPS, "repo-list", NAMESPACE)
+    await converged(client)
+
+
+async def test_repository_errors_are_reported_and_keep_the_last_good_driver(
+    operator: Running, client: Client
+) -> None:
+    await converged(client)
+    before = await daemonsets(client, NAMESPACE)
+    bad = {**GOOD_REPOS, "mirror.list": "dep http://mirror.example.com/ubuntu jammy main\n"}
+    body = {"metadata": {"name": "mirrors", "namespace": NAMESPACE}, "data": bad}
+    await client.create(CONFIG_MAPS, body)
+    await patch_policy(client, {"driver": {"repoConfig": {"configMapName": "mirrors"}}})
+
+    async def reported() -> None:
+        found = conditions(await status_of(client, POLICY))
+        repo, driver = found["RepoConfigReady"], found["DriverReady"]
+        assert (repo["status"], repo["reason"]) == ("False", "InvalidRepoConfig"), repo
+        assert "'mirror.list' line 1" in repo["message"]
+        assert (driver["status"], driver["reason"]) == ("False", "InvalidRepoConfig"), driver
+        events = await policy_events(client)
+        assert any(e["reason"] == "RepoConfigProblem" for e in events)
+
+    await eventually(reported, within=20)
+    assert REGISTRY.get_sample_value("gpuctrl_repo_config_problems", {"severity": "error"}) == 1.0
+    after = await daemonsets(client, NAMESPACE)
+    for name in DRIVERS:
+        assert after[name]["metadata"]["generation"] == before[name]["metadata"]["generation"]
+    await client.merge_patch(CONFIG_MAPS, "mirrors", {"data": GOOD_REPOS}, NAMESPACE)
+    status = await converged(client)
+    assert conditions(status)["RepoConfigReady"]["reason"] == "Reconciled"
+    after = await daemonsets(client, NAMESPACE)
+    for name in DRIVERS:  # the fixed configuration rolled out
+        assert after[name]["metadata"]["generation"] > before[name]["metadata"]["generation"]
+    await patch_policy(client, {"driver": {"repoConfig": None}})
+    await client.delete(CONFIG_MAPS, "mirrors", NAMESPACE)
     await converged(client)
 
 
@@ -379,7 +422,8 @@ async def test_operand_events_are_recorded(operator: Running, client: Client) ->
     messages = {(e["reason"], e["message"]) for e in events}
     assert ("Created", "Created DaemonSet gpuctrl/gpuctrl-toolkit") in messages
     assert ("Deleted", "Deleted DaemonSet gpuctrl/gpuctrl-driver-debian12") in messages
-    assert {e["source"]["component"] for e in events} == {"gpuctrl-manager"}
+    sources = {e["source"]["component"] for e in events}
+    assert {"gpuctrl-driver", "gpuctrl-toolkit", "gpuctrl-policy"} <= sources
 
 
 async def test_the_manager_runs_the_pod_policy_status_controller(
