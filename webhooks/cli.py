@@ -163,6 +163,11 @@ async def _check_reachable(manager: Manager) -> None:
         raise InvalidInput(f"the apiserver at {host} is unreachable: {error!r}") from None
 
 
+def _joined(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
