@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from api.crdgen import crd_files
 from gpuctrl.runtime import Client, new_api_client
 from gpuctrl.testing import ControlPlane, SimulatedKubelet, simulated_gpu_nodes
 
@@ -46,10 +47,10 @@ async def _apply(client: Client, obj: Mapping[str, Any]) -> None:
 
 
 async def _install_crds(client: Client) -> None:
-    for path in sorted((ROOT / "config" / "crd").glob("*.yaml")):
-        for crd in _load(path):
-            await _apply(client, crd)
-            await _wait_established(client, crd["metadata"]["name"])
+    for text in crd_files().values():
+        crd = yaml.safe_load(text)
+        await _apply(client, crd)
+        await _wait_established(client, crd["metadata"]["name"])
 
 
 async def _wait_established(client: Client, name: str) -> None:

@@ -22,6 +22,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from api.crdgen import crd_files
 from gpuctrl.runtime import Client, NotFound, Resource, new_api_client
 from gpuctrl.testing import (
     ContainerBehavior,
@@ -88,8 +89,8 @@ async def cluster() -> AsyncIterator[tuple[ControlPlane, Client]]:
         await new_api_client(plane.kubeconfig) as api,
     ):
         admin = Client(api)
-        for path in sorted((ROOT / "config" / "crd").glob("*.yaml")):
-            await admin.apply(CRDS, yaml.safe_load(path.read_text()), field_manager="test")
+        for text in crd_files().values():
+            await admin.apply(CRDS, yaml.safe_load(text), field_manager="test")
 
         async def served() -> None:
             try:

@@ -18,6 +18,7 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 
+from api.crdgen import crd_files
 from gpuctrl.runtime import ApiError, Client, Resource, new_api_client
 from gpuctrl.testing import ControlPlane, eventually
 
@@ -182,8 +183,8 @@ async def test_make_run_with_kubeconfig_uses_that_cluster() -> None:
 async def _create_cluster_policy(api: ApiClient) -> None:
     """A ClusterPolicy in a cluster whose CRDs make run has not installed yet: apply both."""
     crd_client = Client(api)
-    for path in sorted((ROOT / "config" / "crd").glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
+    for text in crd_files().values():
+        crd = yaml.safe_load(text)
         crds = await crd_client.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
         await crd_client.apply(crds, crd, field_manager="e2e")
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from api.crdgen import crd_files
 from controllers.cli import USER_AGENT
 from controllers.manager import TRANSFORMS, setup_controllers
 from gpuctrl.runtime import Client, Manager, NotFound, Resource, new_api_client
@@ -31,8 +32,8 @@ async def install_crds(client: Client) -> None:
     crds = Resource(
         "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False
     )
-    for path in sorted((ROOT / "config" / "crd").glob("*.yaml")):
-        await client.apply(crds, yaml.safe_load(path.read_text()), field_manager="test")
+    for text in crd_files().values():
+        await client.apply(crds, yaml.safe_load(text), field_manager="test")
 
     async def served() -> None:
         try:
