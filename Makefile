@@ -39,7 +39,7 @@ lint: $(STAMP)
 	$(BIN)/mypy gpuctrl api controllers webhooks
 
 test: $(STAMP) $(HELM_STAMP) test-deps lint
-	$(BIN)/python -m pytest -q test/unit test/integration test/e2e
+	$(BIN)/python -m pytest -q -rfE --durations=20 test/unit test/integration test/e2e
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q test/unit

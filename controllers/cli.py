@@ -1,8 +1,9 @@
 """``gpuctrl manager``: run the operator's controllers against a cluster.
 
 Exit codes: 0 after SIGTERM/SIGINT (the Lease released); 1 when the Lease was lost (a standby
-takes over) or a controller failed; 2 for a bad flag, a kubeconfig that cannot be read or an
-apiserver that cannot be reached, with one line on stderr saying which.
+takes over) or a controller failed; 2 for a bad flag, a kubeconfig that cannot be read, an
+apiserver that cannot be reached or an address that cannot be bound, with one line on stderr
+saying which.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from controllers.manager import TRANSFORMS, setup_controllers
 from gpuctrl import __version__
 from gpuctrl.runtime import (
     ApiError,
+    CannotListen,
     Client,
     LeaderElection,
     LeaderElectionLost,
@@ -128,6 +130,8 @@ async def _main(args: argparse.Namespace) -> int:
     except LeaderElectionLost as error:
         log.error("stopping: %s", error)
         return 1
+    except CannotListen as error:
+        raise UsageError(str(error)) from None
     return 0
 
 

@@ -3,11 +3,13 @@
 Without KUBECONFIG it starts a local control plane (etcd, kube-apiserver, controller-manager,
 scheduler) with simulated GPU nodes of two OS versions and creates the minimal sample
 ClusterPolicy and the Istio PodPolicy sample. In both cases it installs the CRDs, starts
-``gpuctrl webhook`` (managed certificates, configuration on its loopback URL) and runs
-``gpuctrl manager`` (metrics on $GPUCTRL_METRICS_ADDRESS, default 127.0.0.1:8080; probes on
-$GPUCTRL_PROBE_ADDRESS, default 127.0.0.1:8081) in the foreground until Ctrl-C, when it stops
-everything it started. The manager labels the nodes, applies the operands and keeps them
-converged.
+``gpuctrl webhook`` (managed certificates, configuration on its loopback URL
+$GPUCTRL_WEBHOOK_ADDRESS, default 127.0.0.1:9443; metrics and probes on
+$GPUCTRL_WEBHOOK_METRICS_ADDRESS and $GPUCTRL_WEBHOOK_PROBE_ADDRESS, default :8090 and :8091)
+and runs ``gpuctrl manager`` (metrics on $GPUCTRL_METRICS_ADDRESS, default 127.0.0.1:8080;
+probes on $GPUCTRL_PROBE_ADDRESS, default 127.0.0.1:8081) until Ctrl-C, when it stops
+everything it started. A busy port or a process that exits stops it with the reason. The
+manager labels the nodes, applies the operands and keeps them converged.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ OS_RELEASES = (("ubuntu", "22.04"), ("ubuntu", "24.04"))
 NAMESPACE = os.environ.get("GPUCTRL_NAMESPACE", "gpuctrl")
 METRICS = os.environ.get("GPUCTRL_METRICS_ADDRESS", "127.0.0.1:8080")
 PROBES = os.environ.get("GPUCTRL_PROBE_ADDRESS", "127.0.0.1:8081")
+WEBHOOK = os.environ.get("GPUCTRL_WEBHOOK_ADDRESS", "127.0.0.1:9443")
+WEBHOOK_METRICS = os.environ.get("GPUCTRL_WEBHOOK_METRICS_ADDRESS", "127.0.0.1:8090")
+WEBHOOK_PROBES = os.environ.get("GPUCTRL_WEBHOOK_PROBE_ADDRESS", "127.0.0.1:8091")
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -64,48 +69,26 @@ async def _wait_established(client: Client, name: str) -> None:
     raise RuntimeError(f"CRD {name} was not established within 10 s")
 
 
-async def _manager(kubeconfig: Path) -> asyncio.subprocess.Process:
-    """`gpuctrl manager` on ``kubeconfig``, once its /readyz answers."""
+async def _start(
+    stack: AsyncExitStack, name: str, probes: str, *args: str
+) -> asyncio.subprocess.Process:
+    """``gpuctrl NAME ARGS...`` once its /readyz on ``probes`` answers; stopped (SIGTERM, then
+    SIGKILL after 30 s) when ``stack`` closes. Raises when it exits or is not ready in 60 s."""
+    gpuctrl = str(Path(sys.executable).with_name("gpuctrl"))
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpuctrl", "manager",
-        "--kubeconfig", str(kubeconfig),
-        "--namespace", NAMESPACE,
-        "--metrics-bind-address", METRICS,
-        "--health-probe-bind-address", PROBES,
-    )  # fmt: skip
+        gpuctrl, name, *args, "--health-probe-bind-address", probes
+    )
+    stack.push_async_callback(_stop, process)
     async with aiohttp.ClientSession() as session:
         for _ in range(600):
             if process.returncode is not None:
-                raise RuntimeError(f"gpuctrl manager exited with {process.returncode}")
+                raise RuntimeError(f"gpuctrl {name} exited with {process.returncode}")
             with contextlib.suppress(aiohttp.ClientError):
-                async with session.get(f"http://{PROBES}/readyz") as response:
+                async with session.get(f"http://{probes}/readyz") as response:
                     if response.status == 200:
                         return process
             await asyncio.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"gpuctrl manager was not ready on {PROBES} within 60 s")
-
-
-WEBHOOK_PORT = int(os.environ.get("GPUCTRL_WEBHOOK_PORT", "9443"))
-
-
-async def _start_webhook(stack: AsyncExitStack, kubeconfig: Path) -> None:
-    """``gpuctrl webhook`` beside the manager: certificates of its own, and the webhook
-    configuration pointing at its loopback URL (no Service network here)."""
-    gpuctrl = str(Path(sys.executable).with_name("gpuctrl"))
-    process = await asyncio.create_subprocess_exec(
-        gpuctrl, "webhook", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
-        "--bind-address", f"127.0.0.1:{WEBHOOK_PORT}", "--manage-certificates",
-        "--webhook-url", f"https://127.0.0.1:{WEBHOOK_PORT}/mutate-v1-pod",
-        "--metrics-bind-address", "127.0.0.1:8090", "--health-probe-bind-address", "127.0.0.1:8091",
-    )  # fmt: skip
-
-    async def stop_webhook() -> None:
-        if process.returncode is None:
-            process.terminate()
-        await process.wait()
-
-    stack.push_async_callback(stop_webhook)
+    raise RuntimeError(f"gpuctrl {name} was not ready on {probes} within 60 s")
 
 
 async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
@@ -129,9 +112,18 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
                     await _apply(client, sample)
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         await _apply(client, namespace)
-        await _start_webhook(stack, kubeconfig)
-        manager = await _manager(kubeconfig)
-        stack.push_async_callback(_stop, manager)
+        await _start(
+            stack, "webhook", WEBHOOK_PROBES,
+            "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
+            "--bind-address", WEBHOOK, "--manage-certificates",
+            "--webhook-url", f"https://{WEBHOOK}/mutate-v1-pod",
+            "--metrics-bind-address", WEBHOOK_METRICS,
+        )  # fmt: skip
+        manager = await _start(
+            stack, "manager", PROBES,
+            "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
+            "--metrics-bind-address", METRICS,
+        )  # fmt: skip
         print(f"gpuctrl manager running: metrics http://{METRICS}/metrics", flush=True)
         kubectl = f"kubectl --kubeconfig {kubeconfig}"
         print(f"kubeconfig: {kubeconfig}", flush=True)

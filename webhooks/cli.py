@@ -4,7 +4,8 @@ Serves ``POST /mutate-v1-pod`` over HTTPS on ``--bind-address`` with the certifi
 ``--cert-dir`` (reloaded when the files change) or, with ``--manage-certificates``, with a CA
 and serving certificate it keeps itself in the Secret ``gpuctrl-webhook-tls``. With
 ``--webhook-url`` it creates and keeps the MutatingWebhookConfiguration ``gpuctrl-pod-policy``
-pointing at that URL. Input errors and an unreachable apiserver exit 2 with one line.
+pointing at that URL. Input errors, an unreachable apiserver and a busy address exit 2 with one
+line.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuctrl.runtime import Manager
+from gpuctrl.runtime import CannotListen, Manager
 from gpuctrl.runtime.webhook import WebhookServer
 from webhooks._certmanager import CertificateManager
 from webhooks._configuration import ConfigurationKeeper
@@ -92,7 +93,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM or SIGINT; 2 on bad input or an unreachable apiserver."""
+    """Serve until SIGTERM or SIGINT; 2 on bad input, an unreachable apiserver or an address
+    that cannot be bound."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         if args.kubeconfig is not None and not args.kubeconfig.is_file():
@@ -150,7 +152,10 @@ async def _serve(args: argparse.Namespace) -> None:
         )
     elif args.webhook_url:
         manager.add(ConfigurationKeeper(manager.client, args.cert_dir, {"url": args.webhook_url}))
-    await manager.run()
+    try:
+        await manager.run()
+    except CannotListen as error:
+        raise InvalidInput(str(error)) from None
 
 
 async def _check_reachable(manager: Manager) -> None:

@@ -71,6 +71,11 @@ class LeaderElectionLost(GpuctrlError):
     """The manager could not renew its Lease; it stopped its controllers and shut down."""
 
 
+class CannotListen(GpuctrlError):
+    """A server could not bind its address (in use, not local, not permitted); the message
+    names the address and the reason."""
+
+
 class TerminalError(GpuctrlError):
     """A reconcile failure that retrying cannot fix: logged and counted, never requeued."""
 

@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ._errors import CannotListen
 from ._metrics import METRICS_REGISTRY
 
-__all__ = ["CHECK_TIMEOUT", "Check", "HttpServer", "parse_bind_address"]
+__all__ = ["CHECK_TIMEOUT", "Check", "HttpServer", "listen", "parse_bind_address"]
 
 log = logging.getLogger("gpuctrl.runtime.http")
 
@@ -39,6 +41,16 @@ def parse_bind_address(address: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"bind address {address!r} is not HOST:PORT (e.g. ':8080')")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+async def listen(site: web.TCPSite, host: str, port: int) -> None:
+    """Start ``site`` on ``host:port``; a bind failure raises `CannotListen` naming both."""
+    try:
+        await site.start()
+    except OSError as error:
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        reason = os.strerror(error.errno) if error.errno else str(error)
+        raise CannotListen(f"cannot listen on {shown}: {reason}") from None
 
 
 def probe(checks: Mapping[str, Check], failed_status: int) -> Handler:
@@ -97,7 +109,7 @@ class HttpServer:
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._requested_port)
-        await site.start()
+        await listen(site, self._host, self._requested_port)
         self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:

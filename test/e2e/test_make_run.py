@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -24,6 +25,13 @@ from gpuctrl.testing import ControlPlane, eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 180.0
+ADDRESS_VARIABLES = (
+    "GPUCTRL_METRICS_ADDRESS",
+    "GPUCTRL_PROBE_ADDRESS",
+    "GPUCTRL_WEBHOOK_ADDRESS",
+    "GPUCTRL_WEBHOOK_METRICS_ADDRESS",
+    "GPUCTRL_WEBHOOK_PROBE_ADDRESS",
+)
 
 
 @dataclass(frozen=True)
@@ -59,14 +67,15 @@ async def running_make_run(
         env["KUBECONFIG"] = str(kubeconfig)
     if namespace is not None:
         env["GPUCTRL_NAMESPACE"] = namespace
-    metrics, probes = _free_addresses(2)
-    env["GPUCTRL_METRICS_ADDRESS"], env["GPUCTRL_PROBE_ADDRESS"] = metrics, probes
+    addresses = _free_addresses(len(ADDRESS_VARIABLES))
+    env.update(zip(ADDRESS_VARIABLES, addresses, strict=True))
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         str(ROOT / "hack" / "run.py"),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env=env,
+        start_new_session=True,  # its manager and webhook share the group: killed with it
     )
     assert process.stdout is not None
     printed: Path | None = None
@@ -80,11 +89,12 @@ async def running_make_run(
                 if line.startswith("kubeconfig: "):
                     printed = Path(line.split(": ", 1)[1].strip())
         assert printed is not None, "".join(output)
-        yield Run(process, printed, "".join(output), metrics)
+        yield Run(process, printed, "".join(output), addresses[0])
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        # Until every holder of its stdout is gone, asyncio's wait() does not return.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
 
 
 async def _interrupt(process: asyncio.subprocess.Process) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from aiohttp import web
 
 from .._clock import Clock
+from .._http import listen
 from ._certs import CertWatcher
 from ._metrics import IN_FLIGHT, LATENCY, PANICS, REQUESTS
 from ._review import AdmissionRequest, AdmissionResponse, BadReview, parse_review, review_response
@@ -96,7 +97,7 @@ class WebhookServer:
             site = web.TCPSite(
                 runner, self._host, self._port, ssl_context=self.certs.server_context()
             )
-            await site.start()
+            await listen(site, self._host, self._port)
             self.port = int(runner.addresses[0][1])
             self._listening.set()
             log.info("webhook server listening on %s:%s", self._host, self.port)

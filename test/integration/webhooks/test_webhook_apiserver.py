@@ -402,3 +402,29 @@ async def test_readiness_and_metrics_on_their_own_ports(
     finally:
         process.terminate()
         await process.wait()
+
+
+async def test_a_busy_address_exits_2_with_one_line(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        process = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).with_name("gpuctrl")), "webhook",
+            "--kubeconfig", str(control_plane.kubeconfig), "--namespace", namespace,
+            "--cert-dir", str(tmp_path), "--manage-certificates",
+            "--bind-address", f"127.0.0.1:{free_port()}",
+            "--health-probe-bind-address", f"127.0.0.1:{free_port()}",
+            "--metrics-bind-address", f"127.0.0.1:{port}",
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        async with asyncio.timeout(60):
+            _, stderr = await process.communicate()
+    assert process.returncode == 2
+    lines = stderr.decode().strip().splitlines()
+    assert (
+        lines[-1] == f"gpuctrl webhook: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
+    assert "Traceback" not in stderr.decode()

@@ -1,8 +1,10 @@
 """Smaller contracts of issue 9: resyncs reach reconcilers, conflicts retry on the injected
-clock, the pod's namespace, unique controller names, bind addresses, null list items."""
+clock, the pod's namespace, unique controller names, bind addresses (a busy one named), null
+list items."""
 
 import asyncio
 import itertools
+import socket
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from gpuctrl.runtime import (
     Cache,
+    CannotListen,
     Client,
     Conflict,
     LeaderElection,
@@ -20,9 +23,11 @@ from gpuctrl.runtime import (
     pod_namespace,
     retry_on_conflict,
 )
-from gpuctrl.runtime._http import parse_bind_address
+from gpuctrl.runtime._http import HttpServer, parse_bind_address
 from gpuctrl.runtime._listjson import read_list
-from gpuctrl.testing import FakeClock
+from gpuctrl.runtime.webhook import WebhookServer
+from gpuctrl.testing import FakeClock, write_secret_volume
+from gpuctrl.testing._pki import self_signed_pair
 
 CONFIGMAPS = Resource("v1", "ConfigMap", "configmaps")
 
@@ -123,3 +128,19 @@ def test_bad_bind_addresses_name_the_address(address: str) -> None:
 def test_a_list_with_null_items_is_empty(text: str) -> None:
     _, items = read_list(text)
     assert list(items) == []
+
+
+async def test_a_busy_address_is_named_and_not_a_traceback(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = HttpServer("127.0.0.1", port, {})
+        with pytest.raises(CannotListen, match=rf"cannot listen on 127\.0\.0\.1:{port}: .*in use"):
+            await server.start()
+        secrets = tmp_path / "certs"
+        cert, key = self_signed_pair("webhook", ["127.0.0.1"])
+        write_secret_volume(secrets, {"tls.crt": cert, "tls.key": key})
+        webhook = WebhookServer(secrets, host="127.0.0.1", port=port)
+        with pytest.raises(CannotListen, match=rf"127\.0\.0\.1:{port}"):
+            await webhook.start(asyncio.Event())
