@@ -9,9 +9,14 @@ env, downward-API fields filled with plausible values) and parsed by the agent's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
 import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +128,8 @@ def test_every_agent_command_line_parses(stem: str, tmp_path: Path) -> None:
     containers = _agent_containers(stem, tmp_path)
     assert len(containers) == 5  # the toolkit agent and the validator's four checks
     for _, container in containers:
+        # gpuctrl itself, not whatever entrypoint an image (a validator.image override) has.
+        assert container.get("command") == ["gpuctrl"], container["name"]
         argv = [_expand(arg, _environment(container)) for arg in container["args"]]
         assert not [arg for arg in argv if "$(" in arg], f"undefined reference in {argv}"
         _parse(argv)
@@ -209,3 +216,35 @@ def test_nvidias_installer_puts_the_runtimes_where_the_agent_points(
     assert _host_path_of(pod, installer, runtime_dir) == str(runtime_dir)
     assert _host_path_of(pod, installer, Path(env["RUNTIME_CONFIG"])) is None
     assert (env["NO_DAEMON"], env["RUNTIME_RESTART_MODE"]) == ("true", "none")
+
+
+def _catches(pid: int, signal_number: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signal_number`` (its SigCgt mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(mask, 16) >> (signal_number - 1) & 1)
+
+
+def test_the_validators_main_container_exits_0_on_sigterm(tmp_path: Path) -> None:
+    """As PID 1 of its container a process without a SIGTERM handler ignores SIGTERM, and each
+    deletion of the pod waits out the grace period: the container that keeps the validator
+    pod up must handle it, and exit 0."""
+    given = read_inputs([SAMPLES[0], NODES], "gpuctrl")
+    [daemonset] = [
+        o
+        for o in render(given.policy, given.facts)
+        if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "gpuctrl-validator"
+    ]
+    [main] = daemonset["spec"]["template"]["spec"]["containers"]
+    process = subprocess.Popen(main["command"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not _catches(process.pid, signal.SIGTERM) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _catches(process.pid, signal.SIGTERM), main["command"]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the orphaned sleep, if still there
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
