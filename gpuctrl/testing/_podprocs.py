@@ -29,6 +29,7 @@ from ._container import (
     expand,
     service_account,
 )
+from ._nvidia import nvidia_runtime_mounts
 from ._podsim import PodSim, probe_result, process_exited, process_failed, process_started
 from ._sandboxed import SandboxedProcess, SandboxStartError
 
@@ -130,6 +131,7 @@ class PodProcesses:
             mounts.append(identity[0])
             env.update(identity[1])
         env.update(await container_env(context, spec, self._request))
+        mounts += await nvidia_runtime_mounts(context, env, self._request)
         command = [expand(part, env) for part in [*spec.get("command", []), *spec.get("args", [])]]
         if not command:
             raise ContainerConfigError("no command: the image's entrypoint is not known here")

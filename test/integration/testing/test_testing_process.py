@@ -442,3 +442,42 @@ async def test_exec_readiness_probe_decides_ready(
     # The probe sees the container's own /tmp (its namespaces, not the host's).
     await eventually(lambda: _ready(kube_api, namespace, "probed"), within=15)
     await asyncio.sleep(0)
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_nvidia_runtime_class_puts_the_drivers_nvidia_smi_on_path(
+    gpu_nodes: SimulatedKubelet, kube_api: ApiClient, namespace: str
+) -> None:
+    """A container of a pod under a RuntimeClass with an NVIDIA handler that asks for devices
+    finds the node's nvidia-smi, as NVIDIA's runtime injects it; one that asks for none
+    (``void``), or a pod under another handler, does not."""
+    core = client.CoreV1Api(kube_api)
+    node = gpu_nodes.nodes[0]
+    assert node.root is not None
+    smi = node.root / "usr/bin/nvidia-smi"
+    smi.parent.mkdir(parents=True)
+    smi.write_text("#!/bin/sh\necho driver 550 from the node\n")
+    smi.chmod(0o755)
+    node_api = client.NodeV1Api(kube_api)
+    for name, handler in (("nvidia", "nvidia"), ("other", "runc")):
+        await node_api.create_runtime_class({"metadata": {"name": name}, "handler": handler})
+    # Found on PATH, runs, and is read-only (as root, test -w fails only on a read-only mount).
+    script = 'smi=$(command -v nvidia-smi) && "$smi" && ! test -w "$smi" || echo no-smi'
+    cases = {
+        "asks": ("nvidia", "all", "driver 550 from the node"),
+        "void": ("nvidia", "void", "no-smi"),
+        "other": ("other", "all", "no-smi"),
+    }
+    try:
+        for name, (runtime_class, devices, _) in cases.items():
+            env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": devices}]
+            pod = _shell_pod(
+                name, node.name, script, runtimeClassName=runtime_class, container={"env": env}
+            )
+            await core.create_namespaced_pod(namespace, pod)
+        for name, (*_, expected) in cases.items():
+            await eventually(lambda name=name: _terminated(kube_api, namespace, name), within=60)
+            assert (await _log(core, namespace, name)).strip() == expected, name
+    finally:
+        for name in ("nvidia", "other"):
+            await node_api.delete_runtime_class(name)
