@@ -17,7 +17,8 @@ Without the PodPolicy the workload pods get Istio's sidecar and the checks still
 each: gpuctrl's verdict judges only the template's containers, so where NVIDIA's validator
 crash-loops, nothing fails (the issue expected a bounded failure here). What a workload pod
 that really hangs gives is the last test: after ``timeoutSeconds`` an Event naming the pod and
-its running container, the pod deleted before the next try, one restart of the check.
+its running container, the pod deleted before the next try, one restart of the check. An
+apiserver restart while a workload pod runs leaves no pod behind.
 The tests run in file order on the one cluster; each first waits for the policy to be ready.
 """
 
@@ -42,7 +43,7 @@ from e2e_stack import (
     seed_gpu_host,
 )
 
-from gpuctrl.runtime import Client, Resource
+from gpuctrl.runtime import Client, Gone, Resource
 from gpuctrl.testing import (
     ContainerBehavior,
     ControlPlane,
@@ -117,7 +118,8 @@ class Stack:
 
 async def _record_workloads(admin: Client, stack: Stack, version: str) -> None:
     """Until cancelled: each workload pod as the apiserver created it (after admission), and
-    every event of each, from resource ``version`` on (a broken watch resumes where it was)."""
+    every event of each, from resource ``version`` on (a broken watch resumes where it was;
+    after an apiserver restart, from a new listing: the timeline then has a gap)."""
     path = PODS.path(NAMESPACE)
     limits = aiohttp.ClientTimeout(total=None, sock_read=None)
     while True:
@@ -126,7 +128,7 @@ async def _record_workloads(admin: Client, stack: Stack, version: str) -> None:
             "resourceVersion": version,
             "allowWatchBookmarks": True,
         }
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+        try:
             async with aclosing(admin.watch(path, query, limits)) as events:
                 async for event in events:
                     pod = event["object"]
@@ -134,6 +136,13 @@ async def _record_workloads(admin: Client, stack: Stack, version: str) -> None:
                     if event["type"] != "BOOKMARK":
                         stack.workloads.setdefault(pod["metadata"]["name"], pod)
                         stack.timeline.append((event["type"], pod["metadata"]["name"]))
+        except (aiohttp.ClientError, TimeoutError):
+            await asyncio.sleep(0.5)
+        except Gone:
+            listing = await admin.request("GET", path, query={"labelSelector": WORKLOADS})
+            for pod in listing["items"]:
+                stack.workloads.setdefault(pod["metadata"]["name"], pod)
+            version = listing["metadata"]["resourceVersion"]
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
@@ -435,3 +444,31 @@ async def test_a_hanging_workload_pod_fails_clearly_once_per_try(stack: Stack) -
     assert restarts["cuda-validation"] == 1, statuses
     assert restarts["driver-validation"] == restarts["plugin-validation"] == 0, statuses
     await _no_workload_pods(admin)
+
+
+async def test_an_apiserver_restart_mid_run_leaves_no_pod_behind(stack: Stack) -> None:
+    """kube-apiserver restarts while a node's CUDA workload pod runs: the agent's watch
+    breaks, and the check still ends, with no workload pod left."""
+    admin = stack.admin
+    await _all_validated(stack)
+    victim = stack.kubelet.nodes[2].name
+    before = await _validator_pods(admin)
+    runs = len(stack.runs(victim, "cuda"))
+    stack.slow.add(victim)  # the restart lands while its CUDA workload pod runs
+    try:
+        await admin.delete(PODS, before[victim]["metadata"]["name"], NAMESPACE)
+
+        async def workload_running() -> None:
+            assert len(stack.runs(victim, "cuda")) > runs
+
+        await eventually(workload_running, within=120, interval=0.1)
+        await stack.plane.restart_apiserver()
+        await _all_validated(stack, since={victim: before[victim]["metadata"]["uid"]})
+    finally:
+        stack.slow.clear()
+    await _no_workload_pods(admin)
+    # One pod per try of the check (a try that outlived its timeout during the outage fails
+    # and the next one passes); nothing created twice by a retried request.
+    statuses = (await _validator_pods(admin))[victim]["status"]["initContainerStatuses"]
+    tries = 1 + next(s["restartCount"] for s in statuses if s["name"] == "cuda-validation")
+    assert len(stack.runs(victim, "cuda")[runs:]) == tries, statuses
