@@ -43,7 +43,7 @@ from e2e_stack import (
     seed_gpu_host,
 )
 
-from gpuctrl.runtime import Client, Gone, Resource
+from gpuctrl.runtime import ApiError, Client, Gone, Resource
 from gpuctrl.testing import (
     ContainerBehavior,
     ControlPlane,
@@ -270,7 +270,7 @@ async def _all_validated(stack: Stack, since: dict[str, str] | None = None) -> N
         status = (await stack.admin.get(POLICIES, POLICY["metadata"]["name"])).get("status", {})
         assert status.get("state") == "ready", status
 
-    await eventually(validated, within=100)
+    await eventually(validated, within=240)
 
 
 async def _why_not_ready(admin: Client, pod: dict[str, Any]) -> str:
@@ -287,7 +287,7 @@ async def _why_not_ready(admin: Client, pod: dict[str, Any]) -> str:
         query: dict[str, str | int | bool] = {"container": stuck["name"], "tailLines": 30}
         if stuck.get("restartCount"):
             query["previous"] = True
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(ApiError, aiohttp.ClientError, TimeoutError):
             async with admin.stream(path, query, aiohttp.ClientTimeout(total=5)) as response:
                 lines.append((await response.read()).decode(errors="replace"))
     return "\n".join(lines)
