@@ -4,9 +4,10 @@
 references, ``fieldRef`` to the pod's and node's fields, ``configMapKeyRef`` and
 ``secretKeyRef`` read through the apiserver); `expand` expands ``$(VAR)`` in command and args.
 `container_mounts` turns the container's ``volumeMounts`` into host paths: ``hostPath`` from the
-node's own folder (``<node root>/<path>``, created for the types that create), ConfigMaps and
-Secrets written as files (always read-only), ``emptyDir`` a folder of the pod's; ``readOnly``
-and ``subPath`` are respected. `service_account` asks the TokenRequest API for a token bound to
+node's own folder (``<node root>/<path>``, its symbolic links followed inside that folder as
+the node would, created for the types that create), ConfigMaps and Secrets written as files
+(always read-only), ``emptyDir`` a folder of the pod's; ``readOnly`` and ``subPath`` are
+respected. `service_account` asks the TokenRequest API for a token bound to
 the pod and writes the standard ServiceAccount folder plus a kubeconfig for ``$KUBECONFIG``.
 Anything a kubelet would refuse raises `ContainerConfigError` with a kubelet-like message; the
 container then shows CreateContainerConfigError.
@@ -15,6 +16,7 @@ container then shows CreateContainerConfigError.
 from __future__ import annotations
 
 import base64
+import os
 import re
 import shutil
 import sys
@@ -40,6 +42,7 @@ __all__ = [
     "default_path",
     "expand",
     "python_roots",
+    "resolve_in_root",
     "service_account",
 ]
 
@@ -47,6 +50,7 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 _TOKEN_SECONDS = 24 * 3600
 _REFERENCE = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
 _FIELD = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
+_MAX_LINKS = 40  # the kernel's limit before ELOOP
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 ApiRequest = Callable[[str, str, Any], Awaitable[Any]]
@@ -246,7 +250,7 @@ async def _volume_source(
 
 
 def _host_path(node_root: Path, host_path: Mapping[str, Any]) -> Path:
-    path = node_root / str(host_path["path"]).lstrip("/")
+    path = resolve_in_root(node_root, str(host_path["path"]))
     kind = host_path.get("type", "")
     if kind in ("", "DirectoryOrCreate") and not path.exists():
         path.mkdir(parents=True)
@@ -268,6 +272,34 @@ def _host_path(node_root: Path, host_path: Mapping[str, Any]) -> Path:
             f"hostPath type check failed: {host_path['path']} is not a {kind}"
         )
     return path
+
+
+def resolve_in_root(root: Path, path: str) -> Path:
+    """Where absolute ``path`` of a node whose ``/`` is ``root`` leads: each symbolic link on
+    the way followed inside ``root`` (an absolute target starts again from ``root``, ``..``
+    stops at it), as the node's kubelet follows links on its own disk - never out onto this
+    machine's. Components that do not exist are kept as written. A loop (more than 40 links)
+    raises `ContainerConfigError`."""
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    resolved: list[str] = []
+    links = 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            resolved = resolved[:-1]
+            continue
+        here = root.joinpath(*resolved, part)
+        if not here.is_symlink():
+            resolved.append(part)
+            continue
+        links += 1
+        if links > _MAX_LINKS:
+            raise ContainerConfigError(f"hostPath {path}: too many levels of symbolic links")
+        target = os.readlink(here)
+        if target.startswith("/"):
+            resolved = []
+        parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+    return root.joinpath(*resolved)
 
 
 def _write_files(

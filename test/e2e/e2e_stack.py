@@ -141,3 +141,45 @@ async def running_webhook(
     ) as process:  # fmt: skip
         await ready(probes, log)
         yield process
+
+
+# The stories' shared checks (node-local repository, day 2).
+NODES = Resource("v1", "Node", "nodes", False)
+CONFIG_MAPS = Resource("v1", "ConfigMap", "configmaps")
+
+
+def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A status's conditions by type."""
+    return {c["type"]: c for c in status.get("conditions") or []}
+
+
+async def policy_ready(admin: Client, name: str, *, within: float) -> dict[str, Any]:
+    """Wait until ClusterPolicy ``name`` is ``ready`` for its current generation; its status."""
+
+    async def ready() -> dict[str, Any]:
+        policy = await admin.get(POLICIES, name)
+        status: dict[str, Any] = policy.get("status") or {}
+        aggregate = conditions(status).get("Ready", {})
+        assert status.get("state") == "ready", status
+        assert aggregate.get("observedGeneration") == policy["metadata"]["generation"], status
+        return status
+
+    return await eventually(ready, within=within)
+
+
+async def pods_of(admin: Client, namespace: str, container: str) -> list[dict[str, Any]]:
+    """The pods in ``namespace`` that have a container named ``container``."""
+    pods = await admin.list(PODS, namespace)
+    return [p for p in pods if any(c["name"] == container for c in p["spec"]["containers"])]
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    """Whether the pod's Ready condition is True."""
+    return conditions(pod.get("status") or {}).get("Ready", {}).get("status") == "True"
+
+
+async def container_log(admin: Client, namespace: str, pod: str, container: str) -> str:
+    """What ``kubectl logs`` shows of ``container``, read through the apiserver."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+    body = await admin.read(path, {"container": container}, accept="*/*")
+    return body.decode(errors="replace")

@@ -12,6 +12,7 @@ from gpuctrl.testing._container import (
     PodContext,
     container_env,
     container_mounts,
+    resolve_in_root,
 )
 
 
@@ -91,3 +92,37 @@ async def test_empty_dir_and_sub_path_and_unknown_volume(tmp_path: Path) -> None
     odd = {"volumeMounts": [{"name": "odd", "mountPath": "/o"}]}
     with pytest.raises(ContainerConfigError, match="not supported by the simulated kubelet"):
         await container_mounts(_context(tmp_path, volumes), odd, _no_apiserver)
+
+
+async def test_host_path_follows_the_nodes_symlinks_inside_its_folder(tmp_path: Path) -> None:
+    # The node keeps its repository on a data disk (an absolute link, as on the node), and a
+    # relative link climbs further up than the node's root: both stay in the node's folder.
+    node = tmp_path / "node"
+    (node / "data/packages").mkdir(parents=True)
+    (node / "etc").mkdir()
+    (node / "opt").mkdir()
+    (node / "opt/local-packages").symlink_to("/data/packages")
+    (node / "opt/up").symlink_to("../../../../../etc")
+    volumes = [
+        {"name": "repo", "hostPath": {"path": "/opt/local-packages", "type": "Directory"}},
+        {"name": "up", "hostPath": {"path": "/opt/up", "type": "Directory"}},
+        {"name": "new", "hostPath": {"path": "/opt/local-packages/new/x", "type": ""}},
+    ]
+    spec = {"volumeMounts": [{"name": v["name"], "mountPath": f"/{v['name']}"} for v in volumes]}
+
+    mounts = await container_mounts(_context(tmp_path, volumes), spec, _no_apiserver)
+
+    assert [m.source for m in mounts] == [
+        str(node / "data/packages"), str(node / "etc"), str(node / "data/packages/new/x")
+    ]  # fmt: skip
+    assert (node / "data/packages/new/x").is_dir()
+
+
+def test_a_symlink_loop_on_the_node_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to("/b")
+    (tmp_path / "b").symlink_to("a")
+
+    with pytest.raises(ContainerConfigError, match="too many levels of symbolic links"):
+        resolve_in_root(tmp_path, "/a/x")
+    assert resolve_in_root(tmp_path, "/") == tmp_path
+    assert resolve_in_root(tmp_path, "/../x/./y/..") == tmp_path / "x"
