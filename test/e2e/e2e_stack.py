@@ -153,8 +153,11 @@ def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in status.get("conditions") or []}
 
 
-async def policy_ready(admin: Client, name: str, *, within: float) -> dict[str, Any]:
-    """Wait until ClusterPolicy ``name`` is ``ready`` for its current generation; its status."""
+async def policy_ready(
+    admin: Client, name: str, *, within: float, ready_nodes: str | None = None
+) -> dict[str, Any]:
+    """Wait until ClusterPolicy ``name`` is ``ready`` for its current generation (and, given
+    ``ready_nodes``, its ``status.readyNodes`` says so, e.g. ``4/4``); its status."""
 
     async def ready() -> dict[str, Any]:
         policy = await admin.get(POLICIES, name)
@@ -162,6 +165,8 @@ async def policy_ready(admin: Client, name: str, *, within: float) -> dict[str, 
         aggregate = conditions(status).get("Ready", {})
         assert status.get("state") == "ready", status
         assert aggregate.get("observedGeneration") == policy["metadata"]["generation"], status
+        if ready_nodes is not None:
+            assert status.get("readyNodes") == ready_nodes, status
         return status
 
     return await eventually(ready, within=within)

@@ -10,9 +10,9 @@ process-backed probe - the driver pod itself with only its command swapped (the 
 is not here) - runs in a bubblewrap sandbox with those same volumes and mounts: it follows the
 ``file://`` URI of the mounted repository file, reads every file of the repository through
 the mount (hashes equal the node's), sees a read-only mount and gets "Read-only file system"
-when it writes, and finds the other listed folders absent although the node has them. Then a
-hostile ConfigMap edit (a ``file://`` URI outside ``nodeLocalPaths``) is refused: the driver
-keeps its last good DaemonSets and pods.
+when it writes there or into the repository file, and finds the other listed folders absent
+although the node has them. Then a hostile ConfigMap edit (a ``file://`` URI outside
+``nodeLocalPaths``) is refused: the driver keeps its last good DaemonSets and pods.
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ POLICY = {
     },
 }
 # The probe's process: reads the repository through the mounted file's first file:// URI,
-# shows the mount's options, tries to write, and says which of its arguments exist.
+# shows the mount's options, tries to write into the repository and the repository file, and
+# says which of its arguments exist.
 PROBE = r"""
 set -u
 file=$1; shift
@@ -122,6 +123,11 @@ if out=$(touch "$dir/written-by-the-driver" 2>&1); then
   echo "write allowed"
 else
   echo "write refused: $out"
+fi
+if out=$( { echo "deb file:///var/lib/kubelet ./" >> "$file"; } 2>&1 ); then
+  echo "file-write allowed"
+else
+  echo "file-write refused: $out"
 fi
 for path in "$@"; do
   if [ -e "$path" ]; then echo "present $path"; else echo "absent $path"; fi
@@ -250,6 +256,9 @@ def _check_probe(log: str, node: SimulatedNode, repo_file: str, folder: str) -> 
     assert refusal.startswith("refused: "), log
     assert "Read-only file system" in refusal, log
     assert not (_on_disk(node.root, folder) / "written-by-the-driver").exists()
+    [refusal] = said["file-write"]
+    assert refusal.startswith("refused: "), log
+    assert "Read-only file system" in refusal, log
     assert "present" not in said, log
     assert said["absent"] == sorted({APT_REPO, RPM_REPO, UNUSED} - {folder}), log
 
