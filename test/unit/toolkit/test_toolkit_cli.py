@@ -93,6 +93,37 @@ def test_run_cleans_up_on_each_stop_signal(stop: signal.Signals, tmp_path: Path)
     assert (tmp_path / "config.toml").read_bytes() == INSTALLER
 
 
+def test_the_ready_file_exists_only_while_installed_and_waiting(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_bytes(INSTALLER)
+    ready = tmp_path / "run" / "gpuctrl" / "toolkit-ready"
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "gpuctrl", *_argv("run", tmp_path, "--ready-file", str(ready))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert agent.stdout is not None
+        assert not ready.exists()
+        for line in agent.stdout:
+            if "waiting for a stop signal" in line:
+                break
+        assert ready.read_text() == "installed\n"
+        agent.send_signal(signal.SIGTERM)
+        out, _ = agent.communicate(timeout=30)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    assert agent.returncode == 0, out
+    assert not ready.exists()
+    # An install that fails leaves no ready file behind, also a stale one.
+    ready.write_text("stale\n")
+    (tmp_path / "config.toml").write_text("not [toml")
+    assert main(_argv("run", tmp_path, "--ready-file", str(ready))) == 2
+    assert not ready.exists()
+
+
 def test_drop_in_already_covered_by_a_glob_leaves_the_main_file_alone(tmp_path: Path) -> None:
     config, drop_in = tmp_path / "config.toml", tmp_path / "conf.d" / "99-nvidia.toml"
     glob = f'imports = ["{tmp_path}/conf.d/*.toml"]\n'.encode()
