@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import sys
+import tomllib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -188,3 +189,30 @@ async def container_log(admin: Client, namespace: str, pod: str, container: str)
     path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
     body = await admin.read(path, {"container": container}, accept="*/*")
     return body.decode(errors="replace")
+
+
+@asynccontextmanager
+async def managed_cluster(log: Path) -> AsyncIterator[tuple[ControlPlane, Client]]:
+    """`operator_cluster` with ``gpuctrl manager`` running on it (no leader election) for
+    the ``gpuctrl`` namespace, its output in ``log``."""
+    async with (
+        operator_cluster() as (plane, admin),
+        running_manager(plane.kubeconfig, "gpuctrl", log, "--no-leader-elect"),
+    ):
+        yield plane, admin
+
+
+def containerd_runtimes(text: bytes) -> dict[str, Any]:
+    """The CRI runtimes table of a containerd config, version 2 or 3."""
+    plugins = tomllib.loads(text.decode())["plugins"]
+    cri = plugins.get("io.containerd.cri.v1.runtime") or plugins["io.containerd.grpc.v1.cri"]
+    return dict(cri["containerd"]["runtimes"])
+
+
+def assert_nvidia_added(original: bytes, now: bytes) -> None:
+    """``now`` is the containerd config ``original`` with the nvidia runtime added and runc
+    exactly as it was."""
+    runtimes = containerd_runtimes(now)
+    assert "nvidia" in runtimes, now.decode()
+    assert runtimes["nvidia"]["options"]["BinaryName"].endswith("/nvidia-container-runtime")
+    assert runtimes["runc"] == containerd_runtimes(original)["runc"]

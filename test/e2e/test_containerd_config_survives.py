@@ -11,14 +11,19 @@ byte-identical to what the node had.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from e2e_stack import PODS, POLICIES, operator_cluster, running_manager
+from e2e_stack import (
+    PODS,
+    POLICIES,
+    assert_nvidia_added,
+    containerd_runtimes,
+    managed_cluster,
+)
 
 from gpuctrl.runtime import Client
 from gpuctrl.testing import (
@@ -56,29 +61,18 @@ POLICY = {
 }
 
 
-def _runtimes(text: bytes) -> dict[str, Any]:
-    """The CRI runtimes table of a containerd config, version 2 or 3."""
-    plugins = tomllib.loads(text.decode())["plugins"]
-    cri = plugins.get("io.containerd.cri.v1.runtime") or plugins["io.containerd.grpc.v1.cri"]
-    return dict(cri["containerd"]["runtimes"])
-
-
 def _installed(original: bytes, now: bytes) -> None:
-    """``now`` is ``original`` with the nvidia runtime added and runc exactly as it was."""
-    runtimes = _runtimes(now)
-    assert "nvidia" in runtimes, now.decode()
-    assert runtimes["nvidia"]["options"]["BinaryName"].endswith("/nvidia-container-runtime")
-    assert runtimes["runc"] == _runtimes(original)["runc"]
-    assert runtimes["runc"]["options"]["SystemdCgroup"] is True
+    """``now`` is ``original`` with the nvidia runtime added and runc (SystemdCgroup on)
+    exactly as it was."""
+    assert_nvidia_added(original, now)
+    assert containerd_runtimes(now)["runc"]["options"]["SystemdCgroup"] is True
 
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, Client]]:
     """A cluster of this test's own with gpuctrl's CRDs and ``gpuctrl manager`` running."""
-    async with operator_cluster() as (plane, admin):
-        log = tmp_path / "manager.log"
-        async with running_manager(plane.kubeconfig, NAMESPACE, log, "--no-leader-elect"):
-            yield plane, admin
+    async with managed_cluster(tmp_path / "manager.log") as cluster:
+        yield cluster
 
 
 async def _toolkit_pods(admin: Client) -> dict[str, dict[str, Any]]:

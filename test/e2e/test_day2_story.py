@@ -13,7 +13,6 @@ nodes that are left.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,12 @@ from e2e_stack import (
     DAEMON_SETS,
     PODS,
     POLICIES,
+    assert_nvidia_added,
     conditions,
     is_ready,
-    operator_cluster,
+    managed_cluster,
     pods_of,
     policy_ready,
-    running_manager,
 )
 
 from gpuctrl.runtime import Client, Resource
@@ -53,8 +52,8 @@ CONFIG = "etc/containerd/config.toml"
 NFD = "feature.node.kubernetes.io"
 OLD, NEW = "550.127.05", "560.35.03"
 CONTROLLER_REVISIONS = Resource("apps/v1", "ControllerRevision", "controllerrevisions")
-# (os_id, version) -> the containerd config the node starts with: a runc runtime with
-# SystemdCgroup, as each release's containerd package leaves it.
+# (os_id, version) -> the containerd config the node starts with, as that release's
+# containerd leaves it (a runc runtime, SystemdCgroup on for the ubuntu ones).
 SEEDS = {
     ("ubuntu", "22.04"): (CORPUS / "installer-systemd-cgroup.toml").read_bytes(),
     ("ubuntu", "24.04"): (CORPUS / "containerd-2-v3.toml").read_bytes(),
@@ -76,10 +75,8 @@ POLICY = {
 @pytest_asyncio.fixture(loop_scope="session")
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, Client]]:
     """A cluster of this test's own with gpuctrl's CRDs and ``gpuctrl manager`` running."""
-    async with operator_cluster() as (plane, admin):
-        log = tmp_path / "manager.log"
-        async with running_manager(plane.kubeconfig, NAMESPACE, log, "--no-leader-elect"):
-            yield plane, admin
+    async with managed_cluster(tmp_path / "manager.log") as cluster:
+        yield cluster
 
 
 def _node(folder: Path, name: str, os_id: str, version: str) -> SimulatedNode:
@@ -90,21 +87,10 @@ def _node(folder: Path, name: str, os_id: str, version: str) -> SimulatedNode:
     return SimulatedNode(name=name, os_id=os_id, os_version=version, root=folder / name)
 
 
-def _runtimes(text: bytes) -> dict[str, Any]:
-    """The CRI runtimes table of a containerd config, version 2 or 3."""
-    plugins = tomllib.loads(text.decode())["plugins"]
-    cri = plugins.get("io.containerd.cri.v1.runtime") or plugins["io.containerd.grpc.v1.cri"]
-    return dict(cri["containerd"]["runtimes"])
-
-
 def _has_nvidia(node: SimulatedNode) -> None:
     """The node's config has the nvidia runtime and its runc exactly as seeded."""
     assert node.root is not None
-    now = (node.root / CONFIG).read_bytes()
-    runtimes = _runtimes(now)
-    assert "nvidia" in runtimes, (node.name, now.decode())
-    assert runtimes["nvidia"]["options"]["BinaryName"].endswith("/nvidia-container-runtime")
-    assert runtimes["runc"] == _runtimes(SEEDS[(node.os_id, node.os_version)])["runc"]
+    assert_nvidia_added(SEEDS[(node.os_id, node.os_version)], (node.root / CONFIG).read_bytes())
 
 
 async def _by_node(admin: Client, container: str) -> dict[str, dict[str, Any]]:

@@ -34,10 +34,9 @@ from e2e_stack import (
     conditions,
     container_log,
     is_ready,
-    operator_cluster,
+    managed_cluster,
     pods_of,
     policy_ready,
-    running_manager,
 )
 
 from gpuctrl.runtime import Client
@@ -138,10 +137,8 @@ done
 @pytest_asyncio.fixture(loop_scope="session")
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, Client]]:
     """A cluster of this test's own with gpuctrl's CRDs and ``gpuctrl manager`` running."""
-    async with operator_cluster() as (plane, admin):
-        log = tmp_path / "manager.log"
-        async with running_manager(plane.kubeconfig, NAMESPACE, log, "--no-leader-elect"):
-            yield plane, admin
+    async with managed_cluster(tmp_path / "manager.log") as cluster:
+        yield cluster
 
 
 def _on_disk(root: Path, path: str) -> Path:
