@@ -7,9 +7,10 @@ references, ``fieldRef`` to the pod's and node's fields, ``configMapKeyRef`` and
 node's own folder (``<node root>/<path>``, its symbolic links followed inside that folder as
 the node would, created for the types that create), ConfigMaps and Secrets written as files
 (always read-only), ``emptyDir`` a folder of the pod's; ``readOnly`` and ``subPath`` are
-respected. `service_account` asks the TokenRequest API for a token bound to
-the pod and writes the standard ServiceAccount folder plus a kubeconfig for ``$KUBECONFIG``.
-Anything a kubelet would refuse raises `ContainerConfigError` with a kubelet-like message; the
+respected (a ``subPath`` whose links lead out of its volume is refused, as by a kubelet).
+`service_account` asks the TokenRequest API for a token bound to the pod and writes the
+standard ServiceAccount folder plus a kubeconfig for ``$KUBECONFIG``. Anything a kubelet would
+refuse raises `ContainerConfigError` with a kubelet-like message; the
 container then shows CreateContainerConfigError.
 """
 
@@ -216,13 +217,33 @@ async def container_mounts(
             raise ContainerConfigError(f'volume "{mount["name"]}" not found in the pod')
         source, read_only = await _volume_source(context, volume, request)
         if mount.get("subPath"):
-            source = source / mount["subPath"]
-            if not source.exists():
-                source.mkdir(parents=True)
+            source = _sub_path(context.node_root, volume, source, mount)
         mounts.append(
             Mount(str(source), mount["mountPath"], read_only or bool(mount.get("readOnly")))
         )
     return mounts
+
+
+def _sub_path(
+    node_root: Path, volume: Mapping[str, Any], source: Path, mount: Mapping[str, Any]
+) -> Path:
+    """The ``subPath`` of ``mount`` inside the volume at ``source`` (made when missing), its
+    links followed where they live (a hostPath's on the node, the others on this machine);
+    one that leads out of the volume is refused, as a kubelet refuses it."""
+    sub_path = str(mount["subPath"])
+    if "hostPath" in volume:
+        path = resolve_in_root(node_root, f"{volume['hostPath']['path']}/{sub_path}")
+    else:
+        path = Path(os.path.realpath(source / sub_path))
+        source = Path(os.path.realpath(source))
+    if not path.is_relative_to(source):
+        raise ContainerConfigError(
+            f'failed to prepare subPath for volumeMount "{mount["name"]}": subpath '
+            f"{sub_path!r} is not within the volume"
+        )
+    if not path.exists():
+        path.mkdir(parents=True)
+    return path
 
 
 async def _volume_source(

@@ -128,3 +128,33 @@ def test_a_symlink_loop_on_the_node_is_a_config_error(tmp_path: Path) -> None:
         resolve_in_root(tmp_path, "/a/x")
     assert resolve_in_root(tmp_path, "/") == tmp_path
     assert resolve_in_root(tmp_path, "/../x/./y/..") == tmp_path / "x"
+
+
+@pytest.mark.parametrize(
+    ("volume", "link"),
+    [
+        ({"hostPath": {"path": "/var/lib/x"}}, "/etc"),  # the node's /etc
+        ({"hostPath": {"path": "/var/lib/x"}}, "../../../etc"),
+        ({"emptyDir": {}}, "/etc"),  # this machine's /etc
+    ],
+    ids=["host-path-absolute", "host-path-relative", "empty-dir"],
+)
+async def test_a_sub_path_whose_link_leads_out_of_its_volume_is_refused(
+    tmp_path: Path, volume: dict[str, Any], link: str
+) -> None:
+    folder = tmp_path / ("node/var/lib/x" if "hostPath" in volume else "pod/volumes/v")
+    (folder / "real").mkdir(parents=True)
+    (folder / "inside").symlink_to("real")
+    (folder / "out").symlink_to(link)
+    (tmp_path / "node/etc").mkdir(parents=True)
+    volumes = [{"name": "v", **volume}]
+    context = _context(tmp_path, volumes)
+    inside = {"volumeMounts": [{"name": "v", "mountPath": "/a", "subPath": "inside/f"}]}
+
+    [mount] = await container_mounts(context, inside, _no_apiserver)
+
+    assert Path(mount.source) == (folder / "real/f").resolve()
+    out = {"volumeMounts": [{"name": "v", "mountPath": "/b", "subPath": "out/shadow"}]}
+    with pytest.raises(ContainerConfigError, match="subpath 'out/shadow' is not within the"):
+        await container_mounts(context, out, _no_apiserver)
+    assert not (tmp_path / "node/etc/shadow").exists()
