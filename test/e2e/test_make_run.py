@@ -176,7 +176,9 @@ async def _operands_run_then_interrupt(run: Run) -> None:
 
         await eventually(rolled, within=30)
         await eventually(operands_running, within=120)
-        await _metrics_served(run.metrics)
+        # The gauges follow the operand controllers' own reconciles, a moment after the
+        # DaemonSets' status.
+        await eventually(lambda: _metrics_served(run.metrics), within=30)
         # What happened per node, printed once the policy was ready: the real toolkit agent
         # added the runtime to each node's containerd config.
         output = await run.printed("try:\n")
