@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuctrl.testing._container import (
     ContainerConfigError,
@@ -158,3 +162,52 @@ async def test_a_sub_path_whose_link_leads_out_of_its_volume_is_refused(
     with pytest.raises(ContainerConfigError, match="subpath 'out/shadow' is not within the"):
         await container_mounts(context, out, _no_apiserver)
     assert not (tmp_path / "node/etc/shadow").exists()
+
+
+_NAMES = st.sampled_from(["a", "b", "c", "..", "."])
+_TARGETS = st.lists(_NAMES, min_size=1, max_size=4).map("/".join)
+_PLACES = st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3).map("/".join)
+
+
+def _realpath_in_chroot(root: Path, path: str) -> str:
+    """``path`` resolved by ``os.path.realpath`` in a child process chrooted at ``root``."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        try:
+            os.chroot(root)
+            os.write(write, os.path.realpath(path).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        found = answer.read().decode()
+    os.waitpid(child, 0)
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the reference resolves in a chroot")
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    folders=st.lists(_PLACES, max_size=4),
+    links=st.dictionaries(_PLACES, st.tuples(st.booleans(), _TARGETS), max_size=5),
+    path=_TARGETS,
+)
+def test_resolving_in_the_root_is_resolving_in_a_chroot_of_it(
+    folders: list[str], links: dict[str, tuple[bool, str]], path: str
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder).resolve()
+        for made in folders:
+            (root / made).mkdir(parents=True, exist_ok=True)
+        for where, (absolute, target) in sorted(links.items()):
+            link = root / where
+            if link.parent.is_dir() and not os.path.lexists(link):
+                link.symlink_to(("/" if absolute else "") + target)
+        try:
+            found = resolve_in_root(root, "/" + path)
+        except ContainerConfigError:
+            return  # a loop: realpath gives up on those differently
+        assert found.is_relative_to(root)
+        inside = "/" + str(found.relative_to(root)) if found != root else "/"
+        assert inside == _realpath_in_chroot(root, "/" + path)
