@@ -1,7 +1,9 @@
 """What the controllers read, all from the manager's shared cache: the honoured ClusterPolicy,
 the facts a render needs, gpuctrl's own objects. One informer per resource and selector, so
 each is watched once however many controllers read it; Nodes and Pods are cached trimmed to
-the fields read here (`TRANSFORMS`).
+the fields read here (`TRANSFORMS`). Nodes are also indexed by their `node_state` (the labels
+the controllers read), so what concerns every Node (`node_states`, `cluster_facts`) costs a
+few distinct states, not thousands of decoded Nodes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from controllers._kinds import (
     NODES,
     PODS,
 )
+from controllers._labels import READ_LABELS
 from controllers.render import ClusterFacts
 from controllers.render._facts import GPU_LABELS, OS_ID_LABEL, OS_VERSION_LABEL
 from gpuctrl.runtime import Cache, Event, Informer, Mapper, Request, Resource, Transform
@@ -34,7 +37,10 @@ __all__ = [
     "honoured",
     "informer",
     "node_role_changed",
+    "node_state",
+    "node_states",
     "owned_objects",
+    "state_nodes",
     "to_honoured",
 ]
 
@@ -52,9 +58,19 @@ def _pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-TRANSFORMS: dict[Resource, Transform] = {PODS: _pod_summary}
-"""The manager's cache transforms for the resources the controllers trim (Nodes are watched
-metadata-only)."""
+def _node_summary(node: dict[str, Any]) -> dict[str, Any]:
+    """A Node (watched metadata-only) as the controllers read it: its name, identity and the
+    labels of `READ_LABELS`; NFD's hundreds of other labels and every annotation are left out."""
+    meta = node["metadata"]
+    labels = meta.get("labels") or {}
+    kept = {k: meta[k] for k in ("name", "uid", "resourceVersion") if k in meta}
+    kept["labels"] = {k: labels[k] for k in READ_LABELS if k in labels}
+    return {"apiVersion": node.get("apiVersion"), "kind": node.get("kind"), "metadata": kept}
+
+
+TRANSFORMS: dict[Resource, Transform] = {NODES: _node_summary, PODS: _pod_summary}
+"""The manager's cache transforms for the resources the controllers trim (Nodes are also
+watched metadata-only)."""
 
 
 def _selection(resource: Resource, namespace: str) -> tuple[str | None, dict[str, Any]]:
@@ -72,11 +88,34 @@ def _selection(resource: Resource, namespace: str) -> tuple[str | None, dict[str
 
 def informer(cache: Cache, resource: Resource, namespace: str) -> Informer:
     """The one informer the controllers use for ``resource``: every ClusterPolicy; every Node,
-    metadata only; the operand namespace's ConfigMaps (referenced ones are not gpuctrl's);
-    gpuctrl's Pods and ControllerRevisions there; gpuctrl's objects of any other kind, in any
-    namespace (the validator has a Role in ``default``)."""
+    metadata only, indexed by `node_state`; the operand namespace's ConfigMaps (referenced ones
+    are not gpuctrl's); gpuctrl's Pods and ControllerRevisions there; gpuctrl's objects of any
+    other kind, in any namespace (the validator has a Role in ``default``)."""
     where, options = _selection(resource, namespace)
-    return cache.informer(resource, namespace=where, **options)
+    found = cache.informer(resource, namespace=where, **options)
+    if resource == NODES and not found.store.has_index(_NODE_STATES):
+        found.add_index(_NODE_STATES, lambda node: (node_state(node),))
+    return found
+
+
+_NODE_STATES = "gpuctrl-node-state"
+
+
+def node_state(node: Mapping[str, Any]) -> str:
+    """The labels of ``node`` that the controllers read (`READ_LABELS`), as canonical JSON:
+    nodes in one state are labelled, rendered for and counted alike."""
+    labels = node["metadata"].get("labels") or {}
+    return json.dumps({k: labels[k] for k in READ_LABELS if k in labels}, sort_keys=True)
+
+
+def node_states(cache: Cache, namespace: str) -> list[tuple[dict[str, str], list[str]]]:
+    """Each distinct `node_state` among the cached Nodes (its labels) with the names of the
+    Nodes in it; no Node is decoded."""
+    store = informer(cache, NODES, namespace).store
+    return [
+        (json.loads(state), store.index_keys(_NODE_STATES, state))
+        for state in store.index_values(_NODE_STATES)
+    ]
 
 
 def cached(
@@ -167,17 +206,27 @@ def _node_role(obj: Mapping[str, Any]) -> tuple[bool, str | None, str | None]:
 
 
 def node_role_changed(event: Event) -> bool:
-    """Passes Node adds, deletes and updates that change what a render reads of a node:
-    whether it has a GPU, its OS (not the deploy labels the labeller writes)."""
+    """Passes Node adds, deletes, resyncs and updates that change what a render reads of a
+    node: whether it has a GPU, its OS (not the deploy labels the labeller writes)."""
     return (
         event.type != "update"
         or event.old is None
+        or event.old is event.obj
         or _node_role(event.old) != _node_role(event.obj)
     )
 
 
 def cluster_facts(cache: Cache, namespace: str) -> ClusterFacts:
-    """The render's facts: every Node's labels and the operand namespace's ConfigMaps."""
+    """The render's facts: every Node (by name) with the labels a render reads, and the
+    operand namespace's ConfigMaps."""
     return ClusterFacts.from_objects(
-        namespace, cached_list(cache, NODES, namespace), cached_list(cache, CONFIG_MAPS, namespace)
+        namespace,
+        state_nodes(node_states(cache, namespace)),
+        cached_list(cache, CONFIG_MAPS, namespace),
     )
+
+
+def state_nodes(states: Iterable[tuple[dict[str, str], list[str]]]) -> list[dict[str, Any]]:
+    """Node mappings (name and labels, by name) rebuilt from `node_states`."""
+    found = [{"metadata": {"name": n, "labels": labels}} for labels, names in states for n in names]
+    return sorted(found, key=lambda node: str(node["metadata"]["name"]))

@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controllers._cluster import Policy, honoured, informer, node_role_changed, to_honoured
+from controllers._cluster import (
+    Policy,
+    honoured,
+    informer,
+    node_role_changed,
+    node_states,
+    state_nodes,
+    to_honoured,
+)
 from controllers._kinds import CLUSTER_POLICIES, NODES, PODS
 from controllers._status import PolicyStatus, condition
 from controllers.nodes import DEPLOY_LABELS, LABELLED, enabled_components, is_gpu
@@ -105,7 +113,8 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
         else:
             entry, fields["state"] = _verdict(top)
             components = enabled_components(top.model) & set(DEPLOY_LABELS)
-            fields["readyNodes"] = ready_nodes(nodes.store.list(), pods.store.list(), components)
+            every_node = state_nodes(node_states(cache, namespace))
+            fields["readyNodes"] = ready_nodes(every_node, pods.store.list(), components)
         await status.write(obj, [entry], fields)
         return None
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from api.v1alpha1 import load_cluster_policy
 from controllers._apply import APPLIED_HASH, holds, needs_apply, with_hash
+from controllers._cluster import node_state
 from controllers._readiness import daemonset_readiness, summary
-from controllers.nodes import label_changes
+from controllers.nodes import DEPLOY_LABELS, is_gpu, label_changes
 from controllers.policy import ready_nodes
 from controllers.render import COMPONENTS, ClusterFacts, NodeFacts, render, render_component
 
@@ -79,6 +83,31 @@ def test_label_changes(
     assert label_changes(labels, enabled) == changes
     settled = {k: v for k, v in {**labels, **changes}.items() if v is not None}
     assert label_changes(settled, enabled) == {}  # one patch converges
+
+
+_KEYS = st.sampled_from(
+    [NFD, PRESENT, "nvidia.com/gpu.deploy.operands", *DEPLOY_LABELS.values(), "other", "os"]
+)
+_VALUES = st.sampled_from(["true", "false", "", "paused-for-driver-upgrade"])
+
+
+@given(
+    labels=st.dictionaries(_KEYS, _VALUES),
+    enabled=st.sets(st.sampled_from(ALL)),
+)
+def test_labelling_state_decides_as_the_full_labels_do(
+    labels: dict[str, str], enabled: set[str]
+) -> None:
+    """The reporter counts nodes by `node_state`: it must hold every label the labeller's
+    rules read, and nothing else."""
+    state = json.loads(node_state({"metadata": {"labels": labels}}))
+    assert label_changes(state, enabled) == label_changes(labels, enabled)
+    assert is_gpu(state) == is_gpu(labels)
+    assert "other" not in state
+    assert "os" not in state
+    assert node_state({"metadata": {"labels": dict(reversed(labels.items()))}}) == (
+        node_state({"metadata": {"labels": labels}})
+    )
 
 
 @pytest.mark.parametrize(
