@@ -143,7 +143,7 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Contro
     def every_gpu_node(_: Mapping[str, Any]) -> Iterable[Request]:
         return [Request("", n["metadata"]["name"]) for n in nodes.store.list() if _gpu_related(n)]
 
-    labeller = Controller("nodes", label, clock=cache.clock, max_concurrent_reconciles=32)
+    labeller = Controller("nodes", label, clock=cache.clock, max_concurrent_reconciles=8)
     labeller.watch(nodes, predicates=(labels_changed,))
     labeller.watch(policies, every_gpu_node, (generation_changed,))
     reporter = Controller("nodes-status", report, clock=cache.clock)
