@@ -26,7 +26,16 @@ from controllers._kinds import (
 from controllers._labels import READ_LABELS
 from controllers.render import ClusterFacts
 from controllers.render._facts import GPU_LABELS, OS_ID_LABEL, OS_VERSION_LABEL
-from gpuctrl.runtime import Cache, Event, Informer, Mapper, Request, Resource, Transform
+from gpuctrl.runtime import (
+    Cache,
+    Event,
+    IndexFunc,
+    Informer,
+    Mapper,
+    Request,
+    Resource,
+    Transform,
+)
 
 __all__ = [
     "TRANSFORMS",
@@ -93,12 +102,14 @@ def informer(cache: Cache, resource: Resource, namespace: str) -> Informer:
     other kind, in any namespace (the validator has a Role in ``default``)."""
     where, options = _selection(resource, namespace)
     found = cache.informer(resource, namespace=where, **options)
-    if resource == NODES and not found.store.has_index(_NODE_STATES):
-        found.add_index(_NODE_STATES, lambda node: (node_state(node),))
+    index = _INDEXES.get(resource)
+    if index is not None and not found.store.has_index(index[0]):
+        found.add_index(*index)
     return found
 
 
 _NODE_STATES = "gpuctrl-node-state"
+_AGES = "gpuctrl-age"
 
 
 def node_state(node: Mapping[str, Any]) -> str:
@@ -165,9 +176,24 @@ def _age(obj: Mapping[str, Any]) -> tuple[bool, str, str]:
     return (created is None, str(created or ""), str(obj["metadata"]["name"]))
 
 
+# The informers `informer` indexes, by resource: Nodes by state, ClusterPolicies by `_age`.
+_INDEXES: dict[Resource, tuple[str, IndexFunc]] = {
+    NODES: (_NODE_STATES, lambda node: (node_state(node),)),
+    CLUSTER_POLICIES: (_AGES, lambda policy: (json.dumps(_age(policy)),)),
+}
+
+
+def _oldest(cache: Cache) -> str | None:
+    """The name of the oldest cached ClusterPolicy, from the age index (none decoded)."""
+    store = informer(cache, CLUSTER_POLICIES, "").store
+    ages = [json.loads(age) for age in store.index_values(_AGES)]
+    return str(min(ages)[2]) if ages else None
+
+
 def honoured(cache: Cache) -> Policy | None:
     """The oldest ClusterPolicy (ties by name), parsed; None when there is none."""
-    obj = min(cache.list(CLUSTER_POLICIES), key=_age, default=None)
+    name = _oldest(cache)
+    obj = None if name is None else cache.get(CLUSTER_POLICIES, name)
     if obj is None:
         return None
     spec, problems = _parse(json.dumps(obj.get("spec") or {}, sort_keys=True))
@@ -190,11 +216,10 @@ def to_honoured(cache: Cache) -> Mapper:
     It reads the policies' store as it is: before that informer synced, nothing is mapped,
     and the policy's own add event enqueues it once it is listed.
     """
-    policies = cache.informer(CLUSTER_POLICIES)
 
     def mapper(obj: Mapping[str, Any]) -> Iterable[Request]:
-        found = min(policies.store.list(), key=_age, default=None)
-        return () if found is None else (Request("", found["metadata"]["name"]),)
+        name = _oldest(cache)
+        return () if name is None else (Request("", name),)
 
     return mapper
 

@@ -13,13 +13,15 @@ from api.v1alpha1 import load_cluster_policy
 from controllers._cluster import (
     TRANSFORMS,
     cluster_facts,
+    honoured,
     informer,
     node_role_changed,
     node_states,
+    to_honoured,
 )
-from controllers._kinds import CONFIG_MAPS, NODES
+from controllers._kinds import CLUSTER_POLICIES, CONFIG_MAPS, NODES
 from controllers.render import ClusterFacts, render
-from gpuctrl.runtime import Cache, Client, Event, freeze
+from gpuctrl.runtime import Cache, Client, Event, Request, freeze
 
 NFD = "feature.node.kubernetes.io"
 GPU = f"{NFD}/pci-10de.present"
@@ -126,3 +128,36 @@ def test_nodes_are_cached_with_the_labels_read_only() -> None:
         "labels": {**UBUNTU, DRIVER: "true"},
     }
     assert (cached["apiVersion"], cached["kind"]) == ("v1", "Node")
+
+
+def cluster_policy(name: str, created: str | None, rv: str = "1") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "resourceVersion": rv}
+    if created:
+        meta["creationTimestamp"] = created
+    return {"apiVersion": "gpuctrl.io/v1alpha1", "kind": "ClusterPolicy", "metadata": meta}
+
+
+async def test_the_oldest_policy_is_honoured_and_mapped_to(cache: Cache) -> None:
+    policies = informer(cache, CLUSTER_POLICIES, "gpuctrl")
+    policies.replace([])
+    mapper = to_honoured(cache)
+    assert honoured(cache) is None
+    assert list(mapper({})) == []
+    policies.replace(
+        [
+            cluster_policy("young", "2026-02-01T00:00:00Z"),
+            cluster_policy("b-old", "2026-01-01T00:00:00Z"),
+            cluster_policy("a-old", "2026-01-01T00:00:00Z"),  # a tie: the first name wins
+            cluster_policy("undated", None),
+        ]
+    )
+    found = honoured(cache)
+    assert found is not None
+    assert found.name == "a-old"
+    assert found.model is not None
+    assert list(mapper({})) == [Request("", "a-old")]
+    policies.apply("DELETED", cluster_policy("a-old", "2026-01-01T00:00:00Z", "2"))
+    policies.apply("DELETED", cluster_policy("b-old", "2026-01-01T00:00:00Z", "2"))
+    assert list(mapper({})) == [Request("", "young")]
+    policies.apply("DELETED", cluster_policy("young", "2026-02-01T00:00:00Z", "2"))
+    assert list(mapper({})) == [Request("", "undated")]
