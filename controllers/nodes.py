@@ -85,8 +85,7 @@ def label_changes(labels: Mapping[str, str], enabled: Iterable[str]) -> dict[str
     return changes
 
 
-def _gpu_related(node: Mapping[str, Any]) -> bool:
-    labels = node["metadata"].get("labels") or {}
+def _gpu_related(labels: Mapping[str, str]) -> bool:
     return GPU_PRESENT in labels or any(label in labels for label in NFD_GPU_LABELS)
 
 
@@ -141,7 +140,8 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Contro
         return None
 
     def every_gpu_node(_: Mapping[str, Any]) -> Iterable[Request]:
-        return [Request("", n["metadata"]["name"]) for n in nodes.store.list() if _gpu_related(n)]
+        states = node_states(cache, namespace)
+        return [Request("", n) for labels, names in states if _gpu_related(labels) for n in names]
 
     labeller = Controller("nodes", label, clock=cache.clock, max_concurrent_reconciles=8)
     labeller.watch(nodes, predicates=(labels_changed,))
