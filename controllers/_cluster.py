@@ -49,6 +49,8 @@ __all__ = [
     "node_state",
     "node_states",
     "owned_objects",
+    "owned_pods",
+    "ready_components",
     "state_nodes",
     "to_honoured",
 ]
@@ -102,14 +104,16 @@ def informer(cache: Cache, resource: Resource, namespace: str) -> Informer:
     other kind, in any namespace (the validator has a Role in ``default``)."""
     where, options = _selection(resource, namespace)
     found = cache.informer(resource, namespace=where, **options)
-    index = _INDEXES.get(resource)
-    if index is not None and not found.store.has_index(index[0]):
-        found.add_index(*index)
+    for name, func in _INDEXES.get(resource, ()):
+        if not found.store.has_index(name):
+            found.add_index(name, func)
     return found
 
 
 _NODE_STATES = "gpuctrl-node-state"
 _AGES = "gpuctrl-age"
+_OWNERS = "gpuctrl-owner"
+_READY_ON = "gpuctrl-ready-on"
 
 
 def node_state(node: Mapping[str, Any]) -> str:
@@ -176,11 +180,42 @@ def _age(obj: Mapping[str, Any]) -> tuple[bool, str, str]:
     return (created is None, str(created or ""), str(obj["metadata"]["name"]))
 
 
-# The informers `informer` indexes, by resource: Nodes by state, ClusterPolicies by `_age`.
-_INDEXES: dict[Resource, tuple[str, IndexFunc]] = {
-    NODES: (_NODE_STATES, lambda node: (node_state(node),)),
-    CLUSTER_POLICIES: (_AGES, lambda policy: (json.dumps(_age(policy)),)),
+def _owner_uids(obj: Mapping[str, Any]) -> list[str]:
+    return [str(ref["uid"]) for ref in obj["metadata"].get("ownerReferences") or () if "uid" in ref]
+
+
+def _ready_on(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """``node/component`` for a pod whose Ready condition is True, else nothing."""
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        return ()
+    component = _labels(pod).get("app.kubernetes.io/component", "")
+    return (f"{(pod.get('spec') or {}).get('nodeName')}/{component}",)
+
+
+# The indexes `informer` adds, by resource: Nodes by state, ClusterPolicies by `_age`, Pods by
+# owner and by the node and component of those Ready.
+_INDEXES: dict[Resource, tuple[tuple[str, IndexFunc], ...]] = {
+    NODES: ((_NODE_STATES, lambda node: (node_state(node),)),),
+    CLUSTER_POLICIES: ((_AGES, lambda policy: (json.dumps(_age(policy)),)),),
+    PODS: ((_OWNERS, _owner_uids), (_READY_ON, _ready_on)),
 }
+
+
+def owned_pods(cache: Cache, namespace: str, uid: str) -> list[dict[str, Any]]:
+    """gpuctrl's cached Pods of the owner with ``uid`` (only they are decoded)."""
+    informer(cache, PODS, namespace)  # with its indexes
+    where, options = _selection(PODS, namespace)
+    return cache.list(PODS, where, index=(_OWNERS, uid), **options)
+
+
+def ready_components(cache: Cache, namespace: str) -> dict[str, set[str]]:
+    """By node name, the components of which a cached Pod there is Ready (none decoded)."""
+    found: dict[str, set[str]] = {}
+    for value in informer(cache, PODS, namespace).store.index_values(_READY_ON):
+        node, _, component = value.rpartition("/")
+        found.setdefault(node, set()).add(component)
+    return found
 
 
 def _oldest(cache: Cache) -> str | None:

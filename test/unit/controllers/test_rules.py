@@ -214,9 +214,12 @@ def test_ready_nodes_needs_every_enabled_component_on_a_gpu_node() -> None:
     nodes = [{"metadata": {"name": n, "labels": {NFD: "true"}}} for n in ("a", "b")] + [
         {"metadata": {"name": "cpu", "labels": {}}}
     ]
-    pods = [_pod("x", node="a"), _pod("x", node="b", ready="False"), _pod("x", node="cpu")]
-    assert ready_nodes(nodes, pods, frozenset({"driver"})) == "1/2"
-    assert ready_nodes(nodes, pods, frozenset()) == "2/2"
+    running = {"a": {"driver", "toolkit"}, "b": {"toolkit"}, "cpu": {"driver"}}
+    assert ready_nodes(nodes, running, frozenset({"driver"})) == "1/2"
+    assert ready_nodes(nodes, running, frozenset({"driver", "toolkit"})) == "1/2"
+    assert ready_nodes(nodes, running, frozenset({"toolkit"})) == "2/2"
+    assert ready_nodes(nodes, running, frozenset()) == "2/2"
+    assert ready_nodes(nodes, {}, frozenset({"driver"})) == "0/2"
 
 
 def test_components_partition_the_render() -> None:
