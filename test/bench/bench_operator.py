@@ -27,7 +27,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -150,42 +150,47 @@ async def main(count: int, quiet: float, profile: Path | None, log: Path | None)
 class Timeline:
     """When the bench's own watches saw every operand pod Ready, every DaemonSet's status
     complete (kube-controller-manager's part) and the policy ``ready``; each instant is the
-    first of an unbroken stretch (a pod that turns unready again resets it)."""
+    first of an unbroken stretch (a pod that turns unready again resets it). O(1) per event,
+    so the bench's loop (which also runs the simulated kubelet) stays responsive."""
 
-    def __init__(self, pods: Informer, sets: Informer, policies: Informer, nodes: int) -> None:
-        self._pods, self._sets, self._policies = pods, sets, policies
+    def __init__(self, nodes: int) -> None:
         self._expected = 4 * nodes  # a driver, toolkit, validator and device plugin on each
-        self._nodes = nodes
+        self._verdicts: dict[str, dict[str, bool]] = {"Pod": {}, "DaemonSet": {}, "Policy": {}}
+        self._judges: dict[str, Callable[[Mapping[str, Any]], bool]] = {
+            "Pod": _pod_ready,
+            "DaemonSet": _set_complete,
+            "Policy": lambda policy: _policy_ready(policy, nodes),
+        }
         self.pods_ready: float | None = None
         self.sets_ready: float | None = None
         self.policy_ready: float | None = None
         self.done = asyncio.Event()
 
     def on_add(self, obj: Mapping[str, Any]) -> None:
-        self._check()
+        self._record(obj, deleted=False)
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-        self._check()
+        self._record(new, deleted=False)
 
     def on_delete(self, obj: Mapping[str, Any]) -> None:
-        self._check()
+        self._record(obj, deleted=True)
 
-    def _check(self) -> None:
-        if not (self._pods.has_synced and self._sets.has_synced and self._policies.has_synced):
-            return
+    def _record(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
+        kind = obj["kind"] if obj["kind"] in ("Pod", "DaemonSet") else "Policy"
+        verdicts = self._verdicts[kind]
+        name = f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+        if deleted:
+            verdicts.pop(name, None)
+        else:
+            verdicts[name] = self._judges[kind](obj)
         now = time.monotonic()
-        pods = self._pods.store.list()
-        all_ready = len(pods) == self._expected and all(_pod_ready(p) for p in pods)
+        pods, sets, policies = (self._verdicts[k] for k in ("Pod", "DaemonSet", "Policy"))
+        all_ready = len(pods) == self._expected and all(pods.values())
         self.pods_ready = (self.pods_ready or now) if all_ready else None
-        sets = self._sets.store.list()
-        complete = len(sets) == 5 and all(_set_complete(d) for d in sets)
+        complete = len(sets) == 5 and all(sets.values())
         self.sets_ready = (self.sets_ready or now) if complete else None
-        found = [p.get("status") or {} for p in self._policies.store.list()]
-        ready = any(
-            s.get("state") == "ready" and s.get("readyNodes") == f"{self._nodes}/{self._nodes}"
-            for s in found
-        )
-        self.policy_ready = (self.policy_ready or now) if ready and all_ready else None
+        ready = all_ready and any(policies.values())
+        self.policy_ready = (self.policy_ready or now) if ready else None
         if self.policy_ready is not None:
             self.done.set()
 
@@ -207,6 +212,11 @@ def _set_complete(ds: Mapping[str, Any]) -> bool:
     )
 
 
+def _policy_ready(policy: Mapping[str, Any], nodes: int) -> bool:
+    status = policy.get("status") or {}
+    return bool(status.get("state") == "ready" and status.get("readyNodes") == f"{nodes}/{nodes}")
+
+
 async def main_with_pods(count: int, quiet: float, profile: Path | None, log: Path | None) -> None:
     """Variant with pods: (b), and (a), (c), (d) at ``count`` simulated nodes."""
     nodes = simulated_gpu_nodes("gpu", count=count)
@@ -224,7 +234,7 @@ async def main_with_pods(count: int, quiet: float, profile: Path | None, log: Pa
                 Informer(client, DAEMON_SETS, namespace="gpuctrl", label_selector=MANAGED),
                 Informer(client, POLICIES),
             ]
-            timeline = Timeline(*watched, nodes=count)
+            timeline = Timeline(count)
             stopping = asyncio.Event()
             async with asyncio.TaskGroup() as tasks:
                 for informer in watched:
