@@ -72,9 +72,10 @@ class PodContext:
     pod: Mapping[str, Any]
     node_name: str
     node_root: Path  # the node's own folder: hostPath volumes live under it
-    pod_dir: Path  # the kubelet's folder for this pod (volumes, logs, identity)
+    pod_dir: Path  # the kubelet's folder for this pod (volumes, identity)
     host_ip: str
     pod_ip: str
+    log_dir: Path  # its containers' output, kept after the pod is gone
 
     @property
     def namespace(self) -> str:

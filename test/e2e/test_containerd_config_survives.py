@@ -11,8 +11,6 @@ byte-identical to what the node had.
 
 from __future__ import annotations
 
-import asyncio
-import sys
 import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,10 +18,9 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
+from e2e_stack import PODS, POLICIES, operator_cluster, running_manager
 
-from api.crdgen import crd_files
-from gpuctrl.runtime import Client, NotFound, Resource, new_api_client
+from gpuctrl.runtime import Client
 from gpuctrl.testing import (
     ContainerBehavior,
     ControlPlane,
@@ -44,11 +41,6 @@ SEEDS = {
     ("ubuntu", "22.04"): (CORPUS / "installer-systemd-cgroup.toml").read_bytes(),  # version 2
     ("ubuntu", "24.04"): (CORPUS / "containerd-2-v3.toml").read_bytes(),  # containerd 2.x
 }
-CRDS = Resource(
-    "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False
-)
-POLICIES = Resource("gpuctrl.io/v1alpha1", "ClusterPolicy", "clusterpolicies", False)
-PODS = Resource("v1", "Pod", "pods")
 POLICY = {
     "apiVersion": "gpuctrl.io/v1alpha1",
     "kind": "ClusterPolicy",
@@ -81,53 +73,12 @@ def _installed(original: bytes, now: bytes) -> None:
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def cluster() -> AsyncIterator[tuple[ControlPlane, Client]]:
-    """A control plane of this module's own (controller-manager, scheduler) with gpuctrl's
-    CRDs, and an admin client on it."""
-    async with (
-        ControlPlane(controller_manager=True, scheduler=True) as plane,
-        await new_api_client(plane.kubeconfig) as api,
-    ):
-        admin = Client(api)
-        for text in crd_files().values():
-            await admin.apply(CRDS, yaml.safe_load(text), field_manager="test")
-
-        async def served() -> None:
-            try:
-                await admin.list(POLICIES)
-            except NotFound as error:
-                raise AssertionError("ClusterPolicies are not served yet") from error
-
-        await eventually(served, within=30)
-        yield plane, admin
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def manager(cluster: tuple[ControlPlane, Client]) -> AsyncIterator[list[str]]:
-    """``gpuctrl manager`` as a process (no leader election); its stderr lines."""
-    plane, _ = cluster
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpuctrl", "manager",
-        "--kubeconfig", str(plane.kubeconfig), "--namespace", NAMESPACE, "--no-leader-elect",
-        "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0",
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    lines: list[str] = []
-
-    async def read() -> None:
-        assert process.stderr is not None
-        async for raw in process.stderr:
-            lines.append(raw.decode(errors="replace"))
-
-    reader = asyncio.create_task(read())
-    try:
-        yield lines
-    finally:
-        if process.returncode is None:
-            process.terminate()
-        code = await asyncio.wait_for(process.wait(), 30)
-        await reader
-        assert code == 0, "".join(lines)
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, Client]]:
+    """A cluster of this test's own with gpuctrl's CRDs and ``gpuctrl manager`` running."""
+    async with operator_cluster() as (plane, admin):
+        log = tmp_path / "manager.log"
+        async with running_manager(plane.kubeconfig, NAMESPACE, log, "--no-leader-elect"):
+            yield plane, admin
 
 
 async def _toolkit_pods(admin: Client) -> dict[str, dict[str, Any]]:
@@ -145,15 +96,8 @@ def _ready(pod: dict[str, Any]) -> bool:
     return conditions.get("Ready") == "True"
 
 
-# Known bug, open in issue 15: in one CI-like run of three (loaded machine) the node that had
-# no power cut kept the nvidia runtimes after the ClusterPolicy's deletion - its agent's cleanup
-# never ran (no SIGTERM reached it, or it was killed before cleanup). Not strict, so the run
-# still reports it; the cause is to be found before this marker goes.
-@pytest.mark.xfail(
-    strict=False, reason="issue 15: a node's cleanup on SIGTERM sometimes does not run under load"
-)
 async def test_containerd_config_survives_install_power_cut_and_policy_deletion(
-    cluster: tuple[ControlPlane, Client], manager: list[str]
+    cluster: tuple[ControlPlane, Client],
 ) -> None:
     plane, admin = cluster
     nodes = simulated_gpu_nodes("survives", count=2, os_releases=list(SEEDS))
@@ -188,8 +132,7 @@ async def test_containerd_config_survives_install_power_cut_and_policy_deletion(
             assert sorted(pods) == sorted(config), pods
             for node, pod in pods.items():
                 assert _ready(pod), (node, pod.get("status"))
-                # The toolkit container has no readinessProbe (Ready is its being alive),
-                # so this is retried until the file has the runtime.
+                # Ready is the agent's ready file: installed, and SIGTERM now runs cleanup.
                 _installed(original[node], config[node].read_bytes())
 
         await eventually(all_ready, within=120)
@@ -205,6 +148,7 @@ async def test_containerd_config_survives_install_power_cut_and_policy_deletion(
 
         # Deleting the ClusterPolicy: the DaemonSet goes, its pods get SIGTERM and their
         # grace, each agent undoes what its journal records.
+        pods = {node: pod["metadata"]["name"] for node, pod in (await _toolkit_pods(admin)).items()}
         await admin.delete(POLICIES, POLICY["metadata"]["name"])
 
         async def gone() -> None:
@@ -212,4 +156,5 @@ async def test_containerd_config_survives_install_power_cut_and_policy_deletion(
 
         await eventually(gone, within=120)
         for node, path in config.items():
-            assert path.read_bytes() == original[node], node
+            logs = kubelet.process_logs(NAMESPACE, pods[node])
+            assert path.read_bytes() == original[node], (node, logs)

@@ -19,17 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
-import socket
-import sys
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, aclosing, asynccontextmanager
+from contextlib import AsyncExitStack, aclosing
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from e2e_stack import DAEMON_SETS, PODS, POLICIES, running_manager, running_webhook
 from install_manifests import (
     CONFIG,
     NAMESPACE,
@@ -47,23 +43,12 @@ from gpuctrl.testing import ControlPlane, SimulatedKubelet, eventually, simulate
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 
-GPUCTRL = str(Path(sys.executable).with_name("gpuctrl"))
 SAMPLES = CONFIG / "samples"
-POLICIES = Resource("gpuctrl.io/v1alpha1", "ClusterPolicy", "clusterpolicies", False)
-PODS = Resource("v1", "Pod", "pods")
-DAEMON_SETS = Resource("apps/v1", "DaemonSet", "daemonsets")
 ACCOUNTS = ("gpuctrl-manager", "gpuctrl-webhook")
 OPERAND_PODS = (
     "app.kubernetes.io/managed-by=gpuctrl,app.kubernetes.io/component!=validator-workloads"
 )
 HELM_KEEPS = ("clusterpolicies.gpuctrl.io", "podpolicies.gpuctrl.io")  # crds/: never deleted
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def install_objects(path: str) -> list[dict[str, Any]]:
@@ -83,44 +68,6 @@ def install_objects(path: str) -> list[dict[str, Any]]:
     }
     values = {"podPolicies": {policy["metadata"]["name"]: policy["spec"] for policy in istio}}
     return [namespace, *helm_crds(), *helm_render(values)]
-
-
-def tail(log: Path) -> str:
-    """The end of a process's log, for a failure message."""
-    return log.read_text(errors="replace")[-3000:]
-
-
-@asynccontextmanager
-async def gpuctrl(log: Path, *args: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    """A `gpuctrl` process, its output in ``log``; stopped with SIGTERM, which must exit 0."""
-    with log.open("wb") as output:
-        process = await asyncio.create_subprocess_exec(
-            GPUCTRL,
-            *args,
-            stdout=output,
-            stderr=output,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-    try:
-        yield process
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            async with asyncio.timeout(30):
-                code = await process.wait()
-            assert code == 0, f"gpuctrl {args[0]} exited {code}:\n{tail(log)}"
-
-
-async def ready(port: int, log: Path) -> None:
-    async def answers() -> None:
-        url = f"http://127.0.0.1:{port}/readyz"
-        try:
-            async with aiohttp.ClientSession() as session, session.get(url) as response:
-                assert response.status == 200
-        except aiohttp.ClientError as error:
-            raise AssertionError(f"not ready: {error}\n{tail(log)}") from error
-
-    await eventually(answers, within=60)
 
 
 def denials(audit_log: Path) -> list[str]:
@@ -236,30 +183,10 @@ async def test_install_run_under_own_accounts_and_uninstall(path: str, tmp_path:
             nodes = simulated_gpu_nodes("gpu", count=2, os_releases=[("ubuntu", "22.04")])
             async with AsyncExitStack() as stack:
                 await stack.enter_async_context(SimulatedKubelet(plane.kubeconfig, nodes))
-                port, health = free_port(), free_port()
-                log, manager_log = tmp_path / "webhook.log", tmp_path / "manager.log"
-                url = f"https://127.0.0.1:{port}/mutate-v1-pod"
-                webhook_args = [
-                    *("webhook", "--kubeconfig", str(webhook), "--namespace", NAMESPACE),
-                    *("--bind-address", f"127.0.0.1:{port}", "--webhook-url", url),
-                    *("--manage-certificates", "--cert-dir", str(tmp_path / "certs")),
-                    *("--health-probe-bind-address", f"127.0.0.1:{health}"),
-                    *("--metrics-bind-address", f"127.0.0.1:{free_port()}"),
-                ]
-                await stack.enter_async_context(gpuctrl(log, *webhook_args))
-                await ready(health, log)
-                manager_health = free_port()
-                manager_args = [
-                    *("manager", "--kubeconfig", str(manager), "--namespace", NAMESPACE),
-                    *(
-                        "--leader-elect",
-                        "--health-probe-bind-address",
-                        f"127.0.0.1:{manager_health}",
-                    ),
-                    *("--metrics-bind-address", f"127.0.0.1:{free_port()}"),
-                ]
-                await stack.enter_async_context(gpuctrl(manager_log, *manager_args))
-                await ready(manager_health, manager_log)
+                await stack.enter_async_context(running_webhook(webhook, NAMESPACE, tmp_path))
+                await stack.enter_async_context(
+                    running_manager(manager, NAMESPACE, tmp_path / "manager.log", "--leader-elect")
+                )
                 try:
                     await converged(admin, policy_name)
                 except AssertionError:

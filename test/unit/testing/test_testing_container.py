@@ -24,7 +24,9 @@ def _context(tmp_path: Path, volumes: list[dict[str, Any]]) -> PodContext:
         "metadata": {"name": "agent-x", "namespace": "gpu", "uid": "u-1", "labels": {"app": "a"}},
         "spec": {"serviceAccountName": "sa", "volumes": volumes},
     }
-    return PodContext(pod, "node-1", tmp_path / "node", tmp_path / "pod", "172.16.0.9", "10.0.0.7")
+    return PodContext(
+        pod, "node-1", tmp_path / "node", tmp_path / "pod", "172.16.0.9", "10.0.0.7", tmp_path
+    )
 
 
 async def test_env_from_fields_and_values_in_order(tmp_path: Path) -> None:
