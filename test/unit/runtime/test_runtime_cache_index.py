@@ -5,6 +5,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuctrl.runtime import NAMESPACE_INDEX, Store, freeze
 
@@ -106,3 +108,35 @@ def test_index_errors_name_the_index() -> None:
     store.add_index("node", by_node)
     with pytest.raises(ValueError, match="'node' already exists"):
         store.add_index("node", by_node)
+
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["upsert", "delete"]),
+        st.sampled_from(["a", "b", "c", "d"]),
+        st.one_of(st.none(), st.sampled_from(["n1", "n2", "n3"])),
+    ),
+    max_size=30,
+)
+
+
+@given(ops=_OPS)
+def test_index_keys_and_values_match_the_stored_objects(
+    ops: list[tuple[str, str, str | None]],
+) -> None:
+    """After any sequence of writes, the index holds exactly what its function says of the
+    objects stored, and nothing under a value no object has any more."""
+    store = Store()
+    store.add_index("node", by_node)
+    for rv, (op, name, node) in enumerate(ops):
+        if op == "upsert":
+            store.upsert(obj(name, node=node, rv=str(rv)))
+        else:
+            store.delete(f"ns/{name}")
+    expected: dict[str, set[str]] = {}
+    for stored in store.list():
+        for value in by_node(stored):
+            expected.setdefault(value, set()).add(f"ns/{stored['metadata']['name']}")
+    assert sorted(store.index_values("node")) == sorted(expected)
+    for value, keys in expected.items():
+        assert set(store.index_keys("node", value)) == keys
