@@ -7,8 +7,9 @@ STAMP := $(VENV)/.installed
 HELM_STAMP := $(VENV)/.installed-helm
 export GPUCTRL_ENVTEST_ASSETS ?= $(HOME)/.cache/gpuctrl/envtest/1.20.2
 # Debian packages the tests talk to for real (containerd's parser and daemon; bubblewrap
-# sandboxes the simulated kubelet's process-backed containers).
-TEST_DEBIAN_PACKAGES := containerd dpkg-dev gnupg apt-utils bubblewrap
+# sandboxes the simulated kubelet's process-backed containers; dnf's and zypper's parsers of
+# .repo files).
+TEST_DEBIAN_PACKAGES := containerd dpkg-dev gnupg apt-utils bubblewrap python3-dnf zypper
 
 .PHONY: run test lint unit integration e2e bench manifests envtest test-deps clean
 

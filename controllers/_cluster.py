@@ -1,7 +1,9 @@
 """What the controllers read, all from the manager's shared cache: the honoured ClusterPolicy,
 the facts a render needs, gpuctrl's own objects. One informer per resource and selector, so
 each is watched once however many controllers read it; Nodes and Pods are cached trimmed to
-the fields read here (`TRANSFORMS`).
+the fields read here (`TRANSFORMS`). Nodes are also indexed by their `node_state` (the labels
+the controllers read), so what concerns every Node (`node_states`, `cluster_facts`) costs a
+few distinct states, not thousands of decoded Nodes.
 """
 
 from __future__ import annotations
@@ -21,9 +23,19 @@ from controllers._kinds import (
     NODES,
     PODS,
 )
+from controllers._labels import READ_LABELS
 from controllers.render import ClusterFacts
 from controllers.render._facts import GPU_LABELS, OS_ID_LABEL, OS_VERSION_LABEL
-from gpuctrl.runtime import Cache, Event, Informer, Mapper, Request, Resource, Transform
+from gpuctrl.runtime import (
+    Cache,
+    Event,
+    IndexFunc,
+    Informer,
+    Mapper,
+    Request,
+    Resource,
+    Transform,
+)
 
 __all__ = [
     "TRANSFORMS",
@@ -34,7 +46,12 @@ __all__ = [
     "honoured",
     "informer",
     "node_role_changed",
+    "node_state",
+    "node_states",
     "owned_objects",
+    "owned_pods",
+    "ready_components",
+    "state_nodes",
     "to_honoured",
 ]
 
@@ -52,9 +69,19 @@ def _pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-TRANSFORMS: dict[Resource, Transform] = {PODS: _pod_summary}
-"""The manager's cache transforms for the resources the controllers trim (Nodes are watched
-metadata-only)."""
+def _node_summary(node: dict[str, Any]) -> dict[str, Any]:
+    """A Node (watched metadata-only) as the controllers read it: its name, identity and the
+    labels of `READ_LABELS`; NFD's hundreds of other labels and every annotation are left out."""
+    meta = node["metadata"]
+    labels = meta.get("labels") or {}
+    kept = {k: meta[k] for k in ("name", "uid", "resourceVersion") if k in meta}
+    kept["labels"] = {k: labels[k] for k in READ_LABELS if k in labels}
+    return {"apiVersion": node.get("apiVersion"), "kind": node.get("kind"), "metadata": kept}
+
+
+TRANSFORMS: dict[Resource, Transform] = {NODES: _node_summary, PODS: _pod_summary}
+"""The manager's cache transforms for the resources the controllers trim (Nodes are also
+watched metadata-only)."""
 
 
 def _selection(resource: Resource, namespace: str) -> tuple[str | None, dict[str, Any]]:
@@ -72,11 +99,38 @@ def _selection(resource: Resource, namespace: str) -> tuple[str | None, dict[str
 
 def informer(cache: Cache, resource: Resource, namespace: str) -> Informer:
     """The one informer the controllers use for ``resource``: every ClusterPolicy; every Node,
-    metadata only; the operand namespace's ConfigMaps (referenced ones are not gpuctrl's);
-    gpuctrl's Pods and ControllerRevisions there; gpuctrl's objects of any other kind, in any
-    namespace (the validator has a Role in ``default``)."""
+    metadata only, indexed by `node_state`; the operand namespace's ConfigMaps (referenced ones
+    are not gpuctrl's); gpuctrl's Pods and ControllerRevisions there; gpuctrl's objects of any
+    other kind, in any namespace (the validator has a Role in ``default``)."""
     where, options = _selection(resource, namespace)
-    return cache.informer(resource, namespace=where, **options)
+    found = cache.informer(resource, namespace=where, **options)
+    for name, func in _INDEXES.get(resource, ()):
+        if not found.store.has_index(name):
+            found.add_index(name, func)
+    return found
+
+
+_NODE_STATES = "gpuctrl-node-state"
+_AGES = "gpuctrl-age"
+_OWNERS = "gpuctrl-owner"
+_READY_ON = "gpuctrl-ready-on"
+
+
+def node_state(node: Mapping[str, Any]) -> str:
+    """The labels of ``node`` that the controllers read (`READ_LABELS`), as canonical JSON:
+    nodes in one state are labelled, rendered for and counted alike."""
+    labels = node["metadata"].get("labels") or {}
+    return json.dumps({k: labels[k] for k in READ_LABELS if k in labels}, sort_keys=True)
+
+
+def node_states(cache: Cache, namespace: str) -> list[tuple[dict[str, str], list[str]]]:
+    """Each distinct `node_state` among the cached Nodes (its labels) with the names of the
+    Nodes in it; no Node is decoded."""
+    store = informer(cache, NODES, namespace).store
+    return [
+        (json.loads(state), store.index_keys(_NODE_STATES, state))
+        for state in store.index_values(_NODE_STATES)
+    ]
 
 
 def cached(
@@ -126,9 +180,55 @@ def _age(obj: Mapping[str, Any]) -> tuple[bool, str, str]:
     return (created is None, str(created or ""), str(obj["metadata"]["name"]))
 
 
+def _owner_uids(obj: Mapping[str, Any]) -> list[str]:
+    return [str(ref["uid"]) for ref in obj["metadata"].get("ownerReferences") or () if "uid" in ref]
+
+
+def _ready_on(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """``node/component`` for a pod whose Ready condition is True, else nothing."""
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        return ()
+    component = _labels(pod).get("app.kubernetes.io/component", "")
+    return (f"{(pod.get('spec') or {}).get('nodeName')}/{component}",)
+
+
+# The indexes `informer` adds, by resource: Nodes by state, ClusterPolicies by `_age`, Pods by
+# owner and by the node and component of those Ready.
+_INDEXES: dict[Resource, tuple[tuple[str, IndexFunc], ...]] = {
+    NODES: ((_NODE_STATES, lambda node: (node_state(node),)),),
+    CLUSTER_POLICIES: ((_AGES, lambda policy: (json.dumps(_age(policy)),)),),
+    PODS: ((_OWNERS, _owner_uids), (_READY_ON, _ready_on)),
+}
+
+
+def owned_pods(cache: Cache, namespace: str, uid: str) -> list[dict[str, Any]]:
+    """gpuctrl's cached Pods of the owner with ``uid`` (only they are decoded)."""
+    informer(cache, PODS, namespace)  # with its indexes
+    where, options = _selection(PODS, namespace)
+    return cache.list(PODS, where, index=(_OWNERS, uid), **options)
+
+
+def ready_components(cache: Cache, namespace: str) -> dict[str, set[str]]:
+    """By node name, the components of which a cached Pod there is Ready (none decoded)."""
+    found: dict[str, set[str]] = {}
+    for value in informer(cache, PODS, namespace).store.index_values(_READY_ON):
+        node, _, component = value.rpartition("/")
+        found.setdefault(node, set()).add(component)
+    return found
+
+
+def _oldest(cache: Cache) -> str | None:
+    """The name of the oldest cached ClusterPolicy, from the age index (none decoded)."""
+    store = informer(cache, CLUSTER_POLICIES, "").store
+    ages = [json.loads(age) for age in store.index_values(_AGES)]
+    return str(min(ages)[2]) if ages else None
+
+
 def honoured(cache: Cache) -> Policy | None:
     """The oldest ClusterPolicy (ties by name), parsed; None when there is none."""
-    obj = min(cache.list(CLUSTER_POLICIES), key=_age, default=None)
+    name = _oldest(cache)
+    obj = None if name is None else cache.get(CLUSTER_POLICIES, name)
     if obj is None:
         return None
     spec, problems = _parse(json.dumps(obj.get("spec") or {}, sort_keys=True))
@@ -151,11 +251,10 @@ def to_honoured(cache: Cache) -> Mapper:
     It reads the policies' store as it is: before that informer synced, nothing is mapped,
     and the policy's own add event enqueues it once it is listed.
     """
-    policies = cache.informer(CLUSTER_POLICIES)
 
     def mapper(obj: Mapping[str, Any]) -> Iterable[Request]:
-        found = min(policies.store.list(), key=_age, default=None)
-        return () if found is None else (Request("", found["metadata"]["name"]),)
+        name = _oldest(cache)
+        return () if name is None else (Request("", name),)
 
     return mapper
 
@@ -167,17 +266,27 @@ def _node_role(obj: Mapping[str, Any]) -> tuple[bool, str | None, str | None]:
 
 
 def node_role_changed(event: Event) -> bool:
-    """Passes Node adds, deletes and updates that change what a render reads of a node:
-    whether it has a GPU, its OS (not the deploy labels the labeller writes)."""
+    """Passes Node adds, deletes, resyncs and updates that change what a render reads of a
+    node: whether it has a GPU, its OS (not the deploy labels the labeller writes)."""
     return (
         event.type != "update"
         or event.old is None
+        or event.old is event.obj
         or _node_role(event.old) != _node_role(event.obj)
     )
 
 
 def cluster_facts(cache: Cache, namespace: str) -> ClusterFacts:
-    """The render's facts: every Node's labels and the operand namespace's ConfigMaps."""
+    """The render's facts: every Node (by name) with the labels a render reads, and the
+    operand namespace's ConfigMaps."""
     return ClusterFacts.from_objects(
-        namespace, cached_list(cache, NODES, namespace), cached_list(cache, CONFIG_MAPS, namespace)
+        namespace,
+        state_nodes(node_states(cache, namespace)),
+        cached_list(cache, CONFIG_MAPS, namespace),
     )
+
+
+def state_nodes(states: Iterable[tuple[dict[str, str], list[str]]]) -> list[dict[str, Any]]:
+    """Node mappings (name and labels, by name) rebuilt from `node_states`."""
+    found = [{"metadata": {"name": n, "labels": labels}} for labels, names in states for n in names]
+    return sorted(found, key=lambda node: str(node["metadata"]["name"]))

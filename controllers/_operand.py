@@ -29,6 +29,7 @@ from controllers._cluster import (
     informer,
     node_role_changed,
     owned_objects,
+    owned_pods,
     to_honoured,
 )
 from controllers._kinds import (
@@ -219,7 +220,7 @@ class _OperandReconciler:
         current = cached(self._cache, DAEMON_SETS, self._namespace, name, self._namespace)
         if current is None:  # just created: the cache has not seen it yet
             return label, DaemonSetReadiness(name, 0, 0, False)
-        pods = cached_list(self._cache, PODS, self._namespace)
+        pods = owned_pods(self._cache, self._namespace, current["metadata"].get("uid", ""))
         revisions = cached_list(self._cache, CONTROLLER_REVISIONS, self._namespace)
         return label, daemonset_readiness(current, pods, revisions)
 

@@ -17,8 +17,9 @@ from typing import Any
 from prometheus_client import Gauge
 
 from api.v1alpha1 import ClusterPolicy
-from controllers._cluster import cached, honoured, informer, to_honoured
+from controllers._cluster import cached, honoured, informer, node_states, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, NODES
+from controllers._labels import DEPLOY_LABELS, DEPLOY_OPERANDS, GPU_PRESENT, NFD_GPU_LABELS
 from controllers._status import PolicyStatus, condition
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
@@ -41,21 +42,6 @@ __all__ = [
 ]
 
 LABELLED = "NodesLabelled"
-GPU_PRESENT = "nvidia.com/gpu.present"
-DEPLOY_OPERANDS = "nvidia.com/gpu.deploy.operands"
-# NFD's labels of an NVIDIA PCI device (any class, 3D controller, VGA).
-NFD_GPU_LABELS = (
-    "feature.node.kubernetes.io/pci-10de.present",
-    "feature.node.kubernetes.io/pci-0302_10de.present",
-    "feature.node.kubernetes.io/pci-0300_10de.present",
-)
-DEPLOY_LABELS = {
-    "driver": "nvidia.com/gpu.deploy.driver",
-    "toolkit": "nvidia.com/gpu.deploy.container-toolkit",
-    "validator": "nvidia.com/gpu.deploy.operator-validator",
-    "device-plugin": "nvidia.com/gpu.deploy.device-plugin",
-}
-"""Each gpuctrl component's deploy label (NVIDIA's names, which its DaemonSet selects)."""
 _GPU_NODES = Gauge(
     "gpuctrl_gpu_nodes", "Nodes with an NVIDIA GPU (by NFD's labels).", registry=METRICS_REGISTRY
 )
@@ -99,8 +85,7 @@ def label_changes(labels: Mapping[str, str], enabled: Iterable[str]) -> dict[str
     return changes
 
 
-def _gpu_related(node: Mapping[str, Any]) -> bool:
-    labels = node["metadata"].get("labels") or {}
+def _gpu_related(labels: Mapping[str, str]) -> bool:
     return GPU_PRESENT in labels or any(label in labels for label in NFD_GPU_LABELS)
 
 
@@ -137,10 +122,11 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Contro
         if policy is None or policy.name != request.name or policy.model is None:
             return None
         enabled = enabled_components(policy.model)
-        all_labels = [n["metadata"].get("labels") or {} for n in nodes.store.list()]
-        gpus = [labels for labels in all_labels if is_gpu(labels)]
-        pending = sum(1 for labels in all_labels if label_changes(labels, enabled))
-        _GPU_NODES.set(len(gpus))
+        gpus = pending = 0
+        for labels, names in node_states(cache, namespace):  # a few states, not N nodes
+            gpus += len(names) if is_gpu(labels) else 0
+            pending += len(names) if label_changes(labels, enabled) else 0
+        _GPU_NODES.set(gpus)
         generation = policy.obj["metadata"].get("generation")
         if not gpus:
             entry = condition(LABELLED, True, "NoGPUNodes", "no GPU nodes", generation)
@@ -148,13 +134,14 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Contro
             text = "GPU nodes await their labels"  # no count: one write, not one per node
             entry = condition(LABELLED, False, "LabelsPending", text, generation)
         else:
-            text = f"{len(gpus)}/{len(gpus)} GPU nodes labelled"
+            text = f"{gpus}/{gpus} GPU nodes labelled"
             entry = condition(LABELLED, True, "Reconciled", text, generation)
         await status.write(policy.obj, [entry])
         return None
 
     def every_gpu_node(_: Mapping[str, Any]) -> Iterable[Request]:
-        return [Request("", n["metadata"]["name"]) for n in nodes.store.list() if _gpu_related(n)]
+        states = node_states(cache, namespace)
+        return [Request("", n) for labels, names in states if _gpu_related(labels) for n in names]
 
     labeller = Controller("nodes", label, clock=cache.clock, max_concurrent_reconciles=8)
     labeller.watch(nodes, predicates=(labels_changed,))

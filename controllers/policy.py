@@ -11,9 +11,19 @@ that fails `api.v1alpha1.validate` gets ``InvalidSpec`` listing each problem wit
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
-from controllers._cluster import Policy, honoured, informer, node_role_changed, to_honoured
+from controllers._cluster import (
+    Policy,
+    honoured,
+    informer,
+    node_role_changed,
+    node_states,
+    ready_components,
+    state_nodes,
+    to_honoured,
+)
 from controllers._kinds import CLUSTER_POLICIES, NODES, PODS
 from controllers._status import PolicyStatus, condition
 from controllers.nodes import DEPLOY_LABELS, LABELLED, enabled_components, is_gpu
@@ -39,22 +49,16 @@ CONDITIONS = (
     "DevicePluginReady",
 )
 """The conditions of the other controllers that ``Ready`` aggregates."""
-_COMPONENT = "app.kubernetes.io/component"
 
 
 def ready_nodes(
     nodes: Sequence[Mapping[str, Any]],
-    pods: Sequence[Mapping[str, Any]],
+    running: Mapping[str, AbstractSet[str]],
     components: frozenset[str],
 ) -> str:
-    """``R/N``: of the N GPU nodes, R run a Ready pod of every component in ``components``."""
+    """``R/N``: of the N GPU nodes, R run a Ready pod of every component in ``components``
+    (``running``: by node name, the components with a Ready pod there)."""
     gpu = {n["metadata"]["name"] for n in nodes if is_gpu(n["metadata"].get("labels") or {})}
-    running: dict[str, set[str]] = {}
-    for pod in pods:
-        conditions = (pod.get("status") or {}).get("conditions") or ()
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-            component = (pod["metadata"].get("labels") or {}).get(_COMPONENT, "")
-            running.setdefault(str((pod.get("spec") or {}).get("nodeName")), set()).add(component)
     ready = sum(1 for node in gpu if components <= running.get(node, set()))
     return f"{ready}/{len(gpu)}"
 
@@ -105,7 +109,9 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
         else:
             entry, fields["state"] = _verdict(top)
             components = enabled_components(top.model) & set(DEPLOY_LABELS)
-            fields["readyNodes"] = ready_nodes(nodes.store.list(), pods.store.list(), components)
+            every_node = state_nodes(node_states(cache, namespace))
+            running = ready_components(cache, namespace)
+            fields["readyNodes"] = ready_nodes(every_node, running, components)
         await status.write(obj, [entry], fields)
         return None
 

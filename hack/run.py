@@ -1,8 +1,12 @@
 """`make run`: run `gpuctrl manager` against $KUBECONFIG, or against a local cluster it starts.
 
 Without KUBECONFIG it starts a local control plane (etcd, kube-apiserver, controller-manager,
-scheduler) with simulated GPU nodes of two OS versions and creates the minimal sample
-ClusterPolicy and the Istio PodPolicy sample. In both cases it installs the CRDs, starts
+scheduler) with four simulated GPU nodes of two OS versions, each with a containerd config of
+its own and gpuctrl's toolkit agent running for real against it (bubblewrap), an Istio-like
+sidecar injector (`MeshInjector`) on the operands' namespace, the minimal sample ClusterPolicy
+(the toolkit told not to restart containerd: none runs there) and the Istio PodPolicy sample;
+once the policy is ready it prints what happened on each node and three commands to try. In
+both cases it installs the CRDs, starts
 ``gpuctrl webhook`` (managed certificates, configuration on its loopback URL
 $GPUCTRL_WEBHOOK_ADDRESS, default 127.0.0.1:9443; metrics and probes on
 $GPUCTRL_WEBHOOK_METRICS_ADDRESS and $GPUCTRL_WEBHOOK_PROBE_ADDRESS, default :8090 and :8091)
@@ -19,6 +23,7 @@ import contextlib
 import os
 import signal
 import sys
+import tempfile
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -28,8 +33,15 @@ import aiohttp
 import yaml
 
 from api.crdgen import crd_files
-from gpuctrl.runtime import Client, new_api_client
-from gpuctrl.testing import ControlPlane, SimulatedKubelet, simulated_gpu_nodes
+from gpuctrl.runtime import Client, Resource, new_api_client
+from gpuctrl.testing import (
+    ContainerBehavior,
+    ControlPlane,
+    MeshInjector,
+    SimulatedKubelet,
+    SimulatedNode,
+    simulated_gpu_nodes,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELD_MANAGER = "gpuctrl"
@@ -40,6 +52,25 @@ PROBES = os.environ.get("GPUCTRL_PROBE_ADDRESS", "127.0.0.1:8081")
 WEBHOOK = os.environ.get("GPUCTRL_WEBHOOK_ADDRESS", "127.0.0.1:9443")
 WEBHOOK_METRICS = os.environ.get("GPUCTRL_WEBHOOK_METRICS_ADDRESS", "127.0.0.1:8090")
 WEBHOOK_PROBES = os.environ.get("GPUCTRL_WEBHOOK_PROBE_ADDRESS", "127.0.0.1:8091")
+POLICIES = Resource("gpuctrl.io/v1alpha1", "ClusterPolicy", "clusterpolicies", False)
+PODS = Resource("v1", "Pod", "pods")
+# Each simulated node's containerd config as its installer left it: runc with systemd cgroups.
+CONTAINERD_CONFIG = "etc/containerd/config.toml"
+NODE_CONTAINERD_CONFIG = """version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+          runtime_type = "io.containerd.runc.v2"
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+            SystemdCgroup = true
+"""
+# No containerd runs on a simulated node to be told to reload: the agent only edits the file.
+LOCAL_POLICY = {"toolkit": {"containerd": {"restartMode": "none", "dropInMode": "never"}}}
+VALIDATIONS = "run/gpuctrl/validations"
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -100,22 +131,35 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
                 ControlPlane(controller_manager=True, scheduler=True)
             )
             nodes = simulated_gpu_nodes("gpu-node", count=4, os_releases=OS_RELEASES)
-            await stack.enter_async_context(SimulatedKubelet(plane.kubeconfig, nodes))
+            kubelet = await stack.enter_async_context(SimulatedKubelet(plane.kubeconfig, nodes))
+            # gpuctrl's toolkit agent runs for real on every node, against the node's folder.
+            kubelet.set_behavior(
+                behavior=ContainerBehavior(process=True),
+                match={"app.kubernetes.io/component": "toolkit"},
+                image="*/gpuctrl:*",
+            )
+            for node in kubelet.nodes:
+                _seed(node)
             kubeconfig = plane.kubeconfig
         api = await new_api_client(kubeconfig)
         stack.push_async_callback(api.close)
         client = Client(api)
         await _install_crds(client)
-        if local:
-            for name in ("clusterpolicy-minimal.yaml", "podpolicy-istio.yaml"):
-                for sample in _load(ROOT / "config" / "samples" / name):
-                    await _apply(client, sample)
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         await _apply(client, namespace)
+        if local:
+            mesh = await stack.enter_async_context(MeshInjector(api))
+            await mesh.enable(NAMESPACE)  # Istio-like injection in the operands' namespace
+            for name in ("clusterpolicy-minimal.yaml", "podpolicy-istio.yaml"):
+                for sample in _load(ROOT / "config" / "samples" / name):
+                    if sample["kind"] == "ClusterPolicy":
+                        sample["spec"] = _merged(sample.get("spec") or {}, LOCAL_POLICY)
+                    await _apply(client, sample)
+        certs = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuctrl-webhook-"))
         await _start(
             stack, "webhook", WEBHOOK_PROBES,
             "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
-            "--bind-address", WEBHOOK, "--manage-certificates",
+            "--bind-address", WEBHOOK, "--manage-certificates", "--cert-dir", certs,
             "--webhook-url", f"https://{WEBHOOK}/mutate-v1-pod",
             "--metrics-bind-address", WEBHOOK_METRICS,
         )  # fmt: skip
@@ -131,12 +175,96 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
         print(f"       {kubectl} -n {NAMESPACE} get ds,pods -o wide", flush=True)
         print(f"       {kubectl} get podpolicies,mutatingwebhookconfigurations", flush=True)
         print("running; Ctrl-C stops everything", flush=True)
+        if local:
+            report = asyncio.create_task(_report_when_ready(client, kubelet, kubectl))
+            stack.callback(report.cancel)
         waiting = asyncio.create_task(stop.wait())
         exited = asyncio.create_task(manager.wait())
         await asyncio.wait([waiting, exited], return_when=asyncio.FIRST_COMPLETED)
         waiting.cancel()
         exited.cancel()
         print("stopping ...", flush=True)
+
+
+def _seed(node: SimulatedNode) -> None:
+    """What a GPU node has before the operator comes: containerd's config."""
+    assert node.root is not None
+    config = node.root / CONTAINERD_CONFIG
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(NODE_CONTAINERD_CONFIG)
+
+
+def _merged(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        old = merged.get(key)
+        both = isinstance(old, Mapping) and isinstance(value, Mapping)
+        merged[key] = _merged(old, value) if both else value  # type: ignore[arg-type]
+    return merged
+
+
+async def _report_when_ready(client: Client, kubelet: SimulatedKubelet, kubectl: str) -> None:
+    """Once the ClusterPolicy is ready: what happened on each node, and three things to try."""
+    while True:
+        policies = await client.list(POLICIES)
+        ready = [p for p in policies if (p.get("status") or {}).get("state") == "ready"]
+        if ready:
+            break
+        await asyncio.sleep(1)
+    name = ready[0]["metadata"]["name"]
+    selector = "app.kubernetes.io/managed-by=gpuctrl"
+    pods = await client.list(PODS, NAMESPACE, label_selector=selector)
+    rows = [("NODE", "OS", "DRIVER", "TOOLKIT", "VALIDATOR")]
+    nodes = sorted(kubelet.nodes, key=lambda node: node.name)
+    for node in nodes:
+        assert node.root is not None
+        on_node = {
+            p["metadata"]["labels"].get("app.kubernetes.io/component", ""): p
+            for p in pods
+            if p["spec"].get("nodeName") == node.name
+        }
+        toolkit = _state(on_node.get("toolkit"))
+        if "runtimes.nvidia]" in (node.root / CONTAINERD_CONFIG).read_text():
+            toolkit += ", nvidia runtime added"
+        passed = sorted(
+            f.name.removesuffix("-ready") for f in (node.root / VALIDATIONS).glob("*-ready")
+        )
+        validator = _state(on_node.get("validator"))
+        if passed:
+            validator += f" ({', '.join(passed)} passed)"
+        os_release = f"{node.os_id} {node.os_version}"
+        rows.append((node.name, os_release, _state(on_node.get("driver")), toolkit, validator))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    first = nodes[0].root
+    assert first is not None
+    config = first / CONTAINERD_CONFIG
+    print(f"\nClusterPolicy {name} is ready:", *lines, sep="\n  ", flush=True)
+    print(
+        "\ntry:",
+        f"{kubectl} -n {NAMESPACE} delete pod -l app.kubernetes.io/component=validator",
+        "    a validation pod goes; the validator runs again, the policy becomes ready again",
+        f"{kubectl} delete clusterpolicy {name}; cat {config}",
+        "    the toolkit agents clean up: each node's config.toml is as it was",
+        f"{kubectl} edit clusterpolicy {name}",
+        "    e.g. spec.driver.version: the driver DaemonSets roll to the new image",
+        sep="\n  ",
+        flush=True,
+    )
+
+
+def _state(pod: Mapping[str, Any] | None) -> str:
+    """A pod's phase, and Ready when it is."""
+    if pod is None:
+        return "-"
+    status = pod.get("status") or {}
+    ready = any(
+        c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", [])
+    )
+    return f"{status.get('phase', 'Pending')}{', Ready' if ready else ''}"
 
 
 async def _stop(process: asyncio.subprocess.Process) -> None:

@@ -22,15 +22,21 @@ and the apiserver) and a serving certificate ends no later than its CA.
 from __future__ import annotations
 
 import datetime
-import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from gpuctrl.runtime.webhook import (
+    KeyPair,
+    certificate_pem,
+    new_ca,
+    new_serving_certificate,
+    private_key_pem,
+)
 
 __all__ = [
     "BUNDLE_KEY",
@@ -90,10 +96,14 @@ def next_secret_data(
     serving = _load_serving(data)
     if serving is not None and not _serving_due(serving, ca[0], now, names, lifetimes):
         return None
-    if serving is not None and serving.not_valid_after_utc > now and _pem(ca[0]) not in published:
+    if (
+        serving is not None
+        and serving.not_valid_after_utc > now
+        and certificate_pem(ca[0]) not in published
+    ):
         return None  # the current CA is not trusted yet: keep serving the valid certificate
     cert, key = _issue_serving(ca, now, names, lifetimes.serving)
-    return {**data, CERT_KEY: _pem(cert), KEY_KEY: _key_pem(key)}
+    return {**data, CERT_KEY: certificate_pem(cert), KEY_KEY: private_key_pem(key)}
 
 
 def _serving_due(
@@ -133,9 +143,7 @@ def _names(cert: x509.Certificate) -> list[str]:
     return sorted(set(found))
 
 
-def _load_ca(
-    data: Mapping[str, bytes],
-) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None:
+def _load_ca(data: Mapping[str, bytes]) -> KeyPair | None:
     try:
         cert = x509.load_pem_x509_certificate(data[CA_CERT_KEY])
         key = serialization.load_pem_private_key(data[CA_KEY_KEY], password=None)
@@ -162,100 +170,20 @@ def _bundle(data: Mapping[str, bytes]) -> list[x509.Certificate]:
         return []
 
 
-def _issue_ca(
-    now: datetime.datetime, lifetime: datetime.timedelta
-) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
+def _issue_ca(now: datetime.datetime, lifetime: datetime.timedelta) -> KeyPair:
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"gpuctrl-webhook-ca@{stamp}")])
-    cert = (
-        _builder(name, name, key.public_key(), key.public_key(), now, now + lifetime)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(_key_usage(ca=True), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return cert, key
+    return new_ca(f"gpuctrl-webhook-ca@{stamp}", now - _BACKDATE, now + lifetime)
 
 
 def _issue_serving(
-    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey],
-    now: datetime.datetime,
-    names: Sequence[str],
-    lifetime: datetime.timedelta,
-) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    ca_cert, ca_key = ca
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpuctrl-webhook")])
-    alt_names: list[x509.GeneralName] = []
-    for name in sorted(set(names)):
-        try:
-            alt_names.append(x509.IPAddress(ipaddress.ip_address(name)))
-        except ValueError:
-            alt_names.append(x509.DNSName(name))
-    end = min(now + lifetime, ca_cert.not_valid_after_utc)
-    cert = (
-        _builder(subject, ca_cert.subject, key.public_key(), ca_key.public_key(), now, end)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_key_usage(ca=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    return cert, key
+    ca: KeyPair, now: datetime.datetime, names: Sequence[str], lifetime: datetime.timedelta
+) -> KeyPair:
+    return new_serving_certificate("gpuctrl-webhook", names, ca, now - _BACKDATE, now + lifetime)
 
 
-def _builder(
-    subject: x509.Name,
-    issuer: x509.Name,
-    public_key: ec.EllipticCurvePublicKey,
-    issuer_key: ec.EllipticCurvePublicKey,
-    now: datetime.datetime,
-    end: datetime.datetime,
-) -> x509.CertificateBuilder:
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE)
-        .not_valid_after(end)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key), critical=False
-        )
-    )
-
-
-def _key_usage(*, ca: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=ca,
-        crl_sign=ca,
-        encipher_only=False,
-        decipher_only=False,
-    )
-
-
-def _ca_data(ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey]) -> SecretData:
-    return {CA_CERT_KEY: _pem(ca[0]), CA_KEY_KEY: _key_pem(ca[1])}
-
-
-def _pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
+def _ca_data(ca: KeyPair) -> SecretData:
+    return {CA_CERT_KEY: certificate_pem(ca[0]), CA_KEY_KEY: private_key_pem(ca[1])}
 
 
 def _pems(certs: Sequence[x509.Certificate]) -> bytes:
-    return b"".join(_pem(c) for c in certs)
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
+    return b"".join(certificate_pem(c) for c in certs)

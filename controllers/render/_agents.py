@@ -73,6 +73,9 @@ _VALIDATOR_PERMISSIONS = Permissions(
 # The host's root as the toolkit agent sees it, and where it keeps its journal (a host path).
 TOOLKIT_HOST_ROOT = "/host"
 TOOLKIT_STATE_DIR = "/var/lib/gpuctrl/toolkit"
+# In the agent's container (not a host path): there while installed and handling SIGTERM, so
+# the pod is Ready only once deleting it would run cleanup (the readiness probe tests it).
+TOOLKIT_READY_FILE = "/run/gpuctrl/toolkit-ready"
 # NVIDIA's installer (tools/container/nvidia-toolkit in nvidia-container-toolkit v1.17) reads
 # these; the containerd config it insists on writing is a file in the init container only.
 _INSTALLER_RUNTIME_CONFIG = "/tmp/unused-containerd-config.toml"
@@ -114,7 +117,9 @@ def render_toolkit(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str,
         "install_dir": toolkit.install_dir,
         "env": _installer_env(policy),
     }
-    return objects + render_template("toolkit.yaml.j2", ds=ds, args=args, installer=installer)
+    return objects + render_template(
+        "toolkit.yaml.j2", ds=ds, args=args, installer=installer, ready_file=TOOLKIT_READY_FILE
+    )
 
 
 def _runtime_dir(toolkit: ToolkitSpec) -> str:
@@ -155,6 +160,8 @@ def _toolkit_args(toolkit: ToolkitSpec, runtime_name: str) -> list[str]:
         TOOLKIT_STATE_DIR,
         "--runtime-name",
         runtime_name,
+        "--ready-file",
+        TOOLKIT_READY_FILE,
     ]
     for option, value in (
         ("--distribution", containerd.distribution),

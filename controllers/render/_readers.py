@@ -8,19 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from controllers.render import _yumrepo
 from controllers.render._aptsources import parse_deb822, parse_one_line
 from controllers.render._facts import ConfigMapFacts
 from controllers.render._osfamily import APT, YUM, ZYPPER, OsFamily
 from controllers.render._repofile import ParsedFile
-from controllers.render._yumrepo import YUM_SCHEMES, ZYPPER_SCHEMES, parse_repo_file
+from controllers.render._yumrepo import parse_repo_file
 
 __all__ = ["inside", "parse", "used_folders"]
 
 _PARSERS: dict[tuple[str, str], Callable[[str], ParsedFile]] = {
     (APT.name, ".list"): parse_one_line,
     (APT.name, ".sources"): parse_deb822,
-    (YUM.name, ".repo"): lambda text: parse_repo_file(text, YUM_SCHEMES),
-    (ZYPPER.name, ".repo"): lambda text: parse_repo_file(text, ZYPPER_SCHEMES),
+    (YUM.name, ".repo"): lambda text: parse_repo_file(text, _yumrepo.YUM),
+    (ZYPPER.name, ".repo"): lambda text: parse_repo_file(text, _yumrepo.ZYPPER),
 }
 
 

@@ -1,7 +1,9 @@
 """``*.repo`` files of yum/dnf and zypper: INI sections, one repository each.
 
 A section ``[id]`` holds ``key=value`` options (``#`` and ``;`` lines are comments, indented
-lines continue the previous value). A repository needs ``baseurl`` (or ``mirrorlist`` /
+lines continue the previous value); keys are case-sensitive (``BASEURL`` is not read), boolean
+values are not. dnf separates the URLs of an option with spaces or commas, zypper with spaces
+only (``a,b`` is one URL to it: an error here). A repository needs ``baseurl`` (or ``mirrorlist`` /
 ``metalink``); ``enabled`` and ``gpgcheck`` are booleans; ``gpgkey`` lists key URLs. zypper
 also reads ``dir:`` URIs from the local file system.
 """
@@ -21,16 +23,28 @@ from controllers.render._repofile import (
     local_path,
 )
 
-__all__ = ["YUM_SCHEMES", "ZYPPER_SCHEMES", "parse_repo_file"]
+__all__ = ["YUM", "ZYPPER", "Dialect", "parse_repo_file"]
 
-YUM_SCHEMES = ("file",)
-ZYPPER_SCHEMES = ("file", "dir")
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one package manager reads a ``.repo`` file: the URI schemes that name local paths
+    and what separates the URLs of one option."""
+
+    schemes: tuple[str, ...]
+    separators: str  # a regular expression
+    comma_separates: bool
+
+
+YUM = Dialect(("file",), r"[\s,]+", comma_separates=True)  # dnf: spaces or commas
+ZYPPER = Dialect(("file", "dir"), r"\s+", comma_separates=False)  # zypper: spaces only
 _ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _SECTION = re.compile(r"^\[(.*)\]$")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _TRUE = ("1", "yes", "true", "on")
 _FALSE = ("0", "no", "false", "off")
 _URL_LISTS = ("baseurl", "mirrorlist", "metalink", "gpgkey")
+_READ = (*_URL_LISTS, "enabled", "gpgcheck")  # options are case-sensitive, values are not
 
 
 @dataclass
@@ -39,9 +53,9 @@ class _Section:
     name: str
     options: dict[str, tuple[int, list[tuple[int, str]]]]  # key -> (line, value lines)
 
-    def words(self, key: str) -> Iterator[tuple[int, str]]:
+    def words(self, key: str, separators: str = r"\s+") -> Iterator[tuple[int, str]]:
         for number, text in self.options[key][1] if key in self.options else ():
-            for word in re.split(r"[\s,]+", text):
+            for word in re.split(separators, text):
                 if word:
                     yield number, word
 
@@ -49,10 +63,10 @@ class _Section:
         return " ".join(word for _, word in self.words(key))
 
 
-def parse_repo_file(text: str, schemes: tuple[str, ...]) -> ParsedFile:
-    """The ``[id]`` sections of a ``.repo`` file and its mistakes; ``schemes`` are local URIs."""
+def parse_repo_file(text: str, dialect: Dialect) -> ParsedFile:
+    """The ``[id]`` sections of a ``.repo`` file as ``dialect`` reads them, and its mistakes."""
     findings: list[Finding] = []
-    entries = tuple(_entry(section, schemes, findings) for section in _sections(text, findings))
+    entries = tuple(_entry(section, dialect, findings) for section in _sections(text, findings))
     return ParsedFile(entries, tuple(findings))
 
 
@@ -73,9 +87,12 @@ def _sections(text: str, findings: list[Finding]) -> list[_Section]:
             _add_section(sections, names, number, match.group(1).strip(), findings)
             continue
         key, equals, value = line.partition("=")
-        key = key.strip().lower()
+        key = key.strip()
         if not equals or not key:
             findings.append(Finding(number, "error", f"{line!r} is neither [id] nor key=value"))
+        elif key != key.lower() and key.lower() in _READ:
+            message = f"{key!r} is not read: dnf and zypper know only {key.lower()!r}"
+            findings.append(Finding(number, "error", message))
         elif not sections:
             findings.append(Finding(number, "error", f"{line!r} comes before any [id] section"))
         elif key in sections[-1].options:
@@ -98,7 +115,7 @@ def _add_section(
     sections.append(_Section(number, name, {}))
 
 
-def _entry(section: _Section, schemes: tuple[str, ...], findings: list[Finding]) -> Entry:
+def _entry(section: _Section, dialect: Dialect, findings: list[Finding]) -> Entry:
     where = f"[{section.name}]"
     enabled = _boolean(section, "enabled", True, findings)
     if not _boolean(section, "gpgcheck", True, findings):
@@ -110,8 +127,12 @@ def _entry(section: _Section, schemes: tuple[str, ...], findings: list[Finding])
         findings.append(Finding(section.line, "error", message))
     paths: list[LocalPath] = []
     for key in _URL_LISTS:
-        for number, url in section.words(key):
-            path = _url(number, key, url, schemes, findings)
+        for number, url in section.words(key, dialect.separators):
+            if "," in url and not dialect.comma_separates:
+                message = f"{key} {url!r}: zypper reads this as one URL; separate URLs with spaces"
+                findings.append(Finding(number, "error", message))
+                continue
+            path = _url(number, key, url, dialect.schemes, findings)
             if path is not None:
                 paths.append(LocalPath(number, key, url, path, is_key=key == "gpgkey"))
     return Entry(section.line, enabled, tuple(paths))

@@ -322,22 +322,26 @@ async def retry_on_conflict(
     *,
     attempts: int = 5,
     delay: float = 0.01,
+    max_delay: float = 1.0,
     clock: Clock | None = None,
 ) -> T:
-    """Run a read-modify-write ``attempt`` again (after ``delay`` s on ``clock``, jittered) while
-    it raises `Conflict` (not `AlreadyExists`), at most ``attempts`` times; the last `Conflict`
-    propagates.
+    """Run a read-modify-write ``attempt`` again while it raises `Conflict` (not
+    `AlreadyExists`), at most ``attempts`` times, waiting ``delay`` s on ``clock`` before the
+    second try and twice as long before each next one (jittered, at most ``max_delay`` or
+    ``delay`` if longer), as
+    client-go's exponential backoff: writers racing for one object spread out instead of
+    colliding again. The last `Conflict` propagates.
 
     ``attempt`` must read the object afresh each time, or it will conflict forever.
     """
     sleeper: Clock = clock if clock is not None else SystemClock()
-    for _ in range(attempts - 1):
+    for step in range(attempts - 1):
         try:
             return await attempt()
         except AlreadyExists:
             raise
         except Conflict:
-            await sleeper.sleep(jittered(delay))
+            await sleeper.sleep(jittered(min(delay * 2**step, max(delay, max_delay))))
     return await attempt()
 
 

@@ -11,11 +11,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
+import aiohttp
 from prometheus_client import Counter, Gauge, Histogram
 
 from ._clock import Clock, SystemClock
 from ._enqueue import Mapper, WatchHandler, request_for_object
-from ._errors import QueueShutDown, TerminalError
+from ._errors import Conflict, QueueShutDown, ServerError, TerminalError, TooManyRequests
 from ._informer import Informer
 from ._log import LOG_CONTEXT
 from ._metrics import METRICS_REGISTRY
@@ -27,6 +28,16 @@ from ._reconcile import Request, Result
 __all__ = ["Controller", "Reconciler"]
 
 log = logging.getLogger("gpuctrl.runtime.controller")
+
+# Failures that come from the cluster's state or reachability (a write lost a race, the
+# apiserver is restarting or throttling): logged in one line, without a traceback.
+_TRANSIENT = (Conflict, ServerError, TooManyRequests, OSError, TimeoutError, aiohttp.ClientError)
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
 
 Reconciler = Callable[[Request], Awaitable[Result | None]]
 """``async def reconcile(request) -> Result | None``; see the contract in `_reconcile`."""
@@ -176,8 +187,11 @@ class Controller:
             self._terminal.inc()
             self._outcomes["error"].inc()
             self.queue.forget(request)
-        except Exception:
-            log.exception("reconcile failed; retrying with backoff")
+        except Exception as error:
+            if isinstance(error, _TRANSIENT):  # the cluster's state, not a bug: one line
+                log.warning("reconcile failed, retrying with backoff: %s", _describe(error))
+            else:
+                log.exception("reconcile failed; retrying with backoff")
             self._errors.inc()
             self._outcomes["error"].inc()
             self.queue.add_rate_limited(request)

@@ -49,6 +49,10 @@ class Store:
         for key in self._objects:
             self._index_one(name, key, self._decoded(key))
 
+    def has_index(self, name: str) -> bool:
+        """Whether an index called ``name`` exists (the ``namespace`` index always does)."""
+        return name in self._indices
+
     def get(self, key: str) -> dict[str, Any] | None:
         """A private (mutable) copy of the object stored under ``key``, or None."""
         entry = self._objects.get(key)
@@ -69,9 +73,17 @@ class Store:
 
     def by_index(self, name: str, value: str) -> builtins.list[dict[str, Any]]:
         """Private copies of the objects whose index function ``name`` yielded ``value``."""
-        if name not in self._indices:
-            raise KeyError(f"no index named {name!r}; known: {sorted(self._indices)}")
-        return [self._decoded(k) for k in self._indices[name].get(value, ())]
+        return [self._decoded(k) for k in self.index_keys(name, value)]
+
+    def index_keys(self, name: str, value: str) -> builtins.list[str]:
+        """The keys of the objects whose index function ``name`` yielded ``value``, none of
+        them decoded (client-go's ``IndexKeys``)."""
+        return builtins.list(self._index(name).get(value, ()))
+
+    def index_values(self, name: str) -> builtins.list[str]:
+        """Every value index ``name`` holds at least one object under (client-go's
+        ``ListIndexFuncValues``): with `index_keys`, counts by value without decoding."""
+        return builtins.list(self._index(name))
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         """Store (a copy of) ``obj`` under its key, replacing what was there."""
@@ -95,6 +107,12 @@ class Store:
 
     def __len__(self) -> int:
         return len(self._objects)
+
+    def _index(self, name: str) -> dict[str, set[str]]:
+        index = self._indices.get(name)
+        if index is None:
+            raise KeyError(f"no index named {name!r}; known: {sorted(self._indices)}")
+        return index
 
     def _decoded(self, key: str) -> dict[str, Any]:
         decoded: dict[str, Any] = _decode(self._objects[key][1])

@@ -4,17 +4,20 @@
 references, ``fieldRef`` to the pod's and node's fields, ``configMapKeyRef`` and
 ``secretKeyRef`` read through the apiserver); `expand` expands ``$(VAR)`` in command and args.
 `container_mounts` turns the container's ``volumeMounts`` into host paths: ``hostPath`` from the
-node's own folder (``<node root>/<path>``, created for the types that create), ConfigMaps and
-Secrets written as files (always read-only), ``emptyDir`` a folder of the pod's; ``readOnly``
-and ``subPath`` are respected. `service_account` asks the TokenRequest API for a token bound to
-the pod and writes the standard ServiceAccount folder plus a kubeconfig for ``$KUBECONFIG``.
-Anything a kubelet would refuse raises `ContainerConfigError` with a kubelet-like message; the
+node's own folder (``<node root>/<path>``, its symbolic links followed inside that folder as
+the node would, created for the types that create), ConfigMaps and Secrets written as files
+(always read-only), ``emptyDir`` a folder of the pod's; ``readOnly`` and ``subPath`` are
+respected (a ``subPath`` whose links lead out of its volume is refused, as by a kubelet).
+`service_account` asks the TokenRequest API for a token bound to the pod and writes the
+standard ServiceAccount folder plus a kubeconfig for ``$KUBECONFIG``. Anything a kubelet would
+refuse raises `ContainerConfigError` with a kubelet-like message; the
 container then shows CreateContainerConfigError.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import re
 import shutil
 import sys
@@ -40,6 +43,7 @@ __all__ = [
     "default_path",
     "expand",
     "python_roots",
+    "resolve_in_root",
     "service_account",
 ]
 
@@ -47,6 +51,7 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 _TOKEN_SECONDS = 24 * 3600
 _REFERENCE = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
 _FIELD = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
+_MAX_LINKS = 40  # the kernel's limit before ELOOP
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 ApiRequest = Callable[[str, str, Any], Awaitable[Any]]
@@ -72,9 +77,10 @@ class PodContext:
     pod: Mapping[str, Any]
     node_name: str
     node_root: Path  # the node's own folder: hostPath volumes live under it
-    pod_dir: Path  # the kubelet's folder for this pod (volumes, logs, identity)
+    pod_dir: Path  # the kubelet's folder for this pod (volumes, identity)
     host_ip: str
     pod_ip: str
+    log_dir: Path  # its containers' output, kept after the pod is gone
 
     @property
     def namespace(self) -> str:
@@ -211,13 +217,33 @@ async def container_mounts(
             raise ContainerConfigError(f'volume "{mount["name"]}" not found in the pod')
         source, read_only = await _volume_source(context, volume, request)
         if mount.get("subPath"):
-            source = source / mount["subPath"]
-            if not source.exists():
-                source.mkdir(parents=True)
+            source = _sub_path(context.node_root, volume, source, mount)
         mounts.append(
             Mount(str(source), mount["mountPath"], read_only or bool(mount.get("readOnly")))
         )
     return mounts
+
+
+def _sub_path(
+    node_root: Path, volume: Mapping[str, Any], source: Path, mount: Mapping[str, Any]
+) -> Path:
+    """The ``subPath`` of ``mount`` inside the volume at ``source`` (made when missing), its
+    links followed where they live (a hostPath's on the node, the others on this machine);
+    one that leads out of the volume is refused, as a kubelet refuses it."""
+    sub_path = str(mount["subPath"])
+    if "hostPath" in volume:
+        path = resolve_in_root(node_root, f"{volume['hostPath']['path']}/{sub_path}")
+    else:
+        path = Path(os.path.realpath(source / sub_path))
+        source = Path(os.path.realpath(source))
+    if not path.is_relative_to(source):
+        raise ContainerConfigError(
+            f'failed to prepare subPath for volumeMount "{mount["name"]}": subpath '
+            f"{sub_path!r} is not within the volume"
+        )
+    if not path.exists():
+        path.mkdir(parents=True)
+    return path
 
 
 async def _volume_source(
@@ -246,7 +272,7 @@ async def _volume_source(
 
 
 def _host_path(node_root: Path, host_path: Mapping[str, Any]) -> Path:
-    path = node_root / str(host_path["path"]).lstrip("/")
+    path = resolve_in_root(node_root, str(host_path["path"]))
     kind = host_path.get("type", "")
     if kind in ("", "DirectoryOrCreate") and not path.exists():
         path.mkdir(parents=True)
@@ -268,6 +294,34 @@ def _host_path(node_root: Path, host_path: Mapping[str, Any]) -> Path:
             f"hostPath type check failed: {host_path['path']} is not a {kind}"
         )
     return path
+
+
+def resolve_in_root(root: Path, path: str) -> Path:
+    """Where absolute ``path`` of a node whose ``/`` is ``root`` leads: each symbolic link on
+    the way followed inside ``root`` (an absolute target starts again from ``root``, ``..``
+    stops at it), as the node's kubelet follows links on its own disk - never out onto this
+    machine's. Components that do not exist are kept as written. A loop (more than 40 links)
+    raises `ContainerConfigError`."""
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    resolved: list[str] = []
+    links = 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            resolved = resolved[:-1]
+            continue
+        here = root.joinpath(*resolved, part)
+        if not here.is_symlink():
+            resolved.append(part)
+            continue
+        links += 1
+        if links > _MAX_LINKS:
+            raise ContainerConfigError(f"hostPath {path}: too many levels of symbolic links")
+        target = os.readlink(here)
+        if target.startswith("/"):
+            resolved = []
+        parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+    return root.joinpath(*resolved)
 
 
 def _write_files(

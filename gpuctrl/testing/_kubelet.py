@@ -419,10 +419,27 @@ class SimulatedKubelet:
             pod_dir=self._directory / "pods" / sim.uid,
             host_ip=sim.host_ip,
             pod_ip=sim.pod_ip,
+            log_dir=self._pod_log_dir(pod["metadata"]),
         )
         processes = PodProcesses(context, self._cluster, self._api_request, self._system)
         self._processes[sim.uid] = processes
         return processes
+
+    def _pod_log_dir(self, metadata: Mapping[str, Any]) -> Path:
+        assert self._directory is not None
+        name = f"{metadata['namespace']}_{metadata['name']}_{metadata['uid']}"
+        return self._directory / "logs" / name
+
+    def process_logs(self, namespace: str, name: str) -> dict[str, str]:
+        """What the process-backed containers of every pod ``namespace/name`` ran so far wrote,
+        by ``container/run`` (``toolkit/0``), also once the pod is gone (as a kubelet's
+        /var/log/pods): for a test's failure message."""
+        assert self._directory is not None
+        found = {}
+        for folder in sorted((self._directory / "logs").glob(f"{namespace}_{name}_*")):
+            for log in sorted(folder.glob("*/*.log")):
+                found[f"{log.parent.name}/{log.stem}"] = log.read_text(errors="replace")
+        return found
 
     async def _api_request(self, method: str, path: str, body: Any) -> Any:
         return await self._request(method, path, body=body)

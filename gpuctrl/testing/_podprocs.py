@@ -70,7 +70,7 @@ class PodProcesses:
 
     def log_file(self, container: str, run: int) -> Path:
         """Where the output of run `run` of `container` goes."""
-        return self.context.pod_dir / "logs" / container / f"{run}.log"
+        return self.context.log_dir / container / f"{run}.log"
 
     async def start_due(self, sim: PodSim) -> PodSim:
         """Start every process-backed container `sim` has in ContainerCreating."""

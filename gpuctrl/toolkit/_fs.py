@@ -123,6 +123,12 @@ def locked(state_dir: str) -> Iterator[None]:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except FileNotFoundError:
             continue  # the agent that held the lock removed the folder in between
+        except FileExistsError as err:
+            if os.path.lexists(state_dir) and not os.path.isdir(state_dir):
+                raise ToolkitError(
+                    f"{state_dir}: cannot take the agent's lock: not a folder"
+                ) from err
+            continue  # makedirs saw it, then the agent that held the lock removed it
         except OSError as err:
             raise ToolkitError(
                 f"{state_dir}: cannot take the agent's lock: {err.strerror}"

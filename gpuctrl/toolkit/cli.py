@@ -19,6 +19,7 @@ is invalid input, found before anything is written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import posixpath
 import signal
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 from gpuctrl.toolkit._agent import Report, Target, cleanup, diff, install, plan
 from gpuctrl.toolkit._errors import InvalidConfig, ToolkitError
-from gpuctrl.toolkit._fs import read_bytes
+from gpuctrl.toolkit._fs import read_bytes, write_atomic
 from gpuctrl.toolkit._restart import (
     RestartMode,
     choose_unit,
@@ -80,6 +81,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                 help="install again this often, following later edits of the files a drop-in"
                 " copies (default: 30)",
             )
+            sub.add_argument(
+                "--ready-file",
+                help="a path in this container (not under --host-root) that exists exactly while"
+                " the runtimes are installed and a stop signal would be handled: for an exec"
+                " readiness probe",
+            )
     undo = "undo install as its journal records, then restart the runtime"
     _add_common_options(actions.add_parser("cleanup", help=undo, description=undo))
 
@@ -96,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "cleanup":
             _report(cleanup(node.target), node)
         else:
-            _run_until_signalled(node, _settings(args), args.resync_seconds)
+            _run_until_signalled(node, _settings(args), args.resync_seconds, args.ready_file)
         return 0
     except InvalidConfig as err:
         print(f"gpuctrl toolkit: invalid input, nothing changed: {err}", file=sys.stderr)
@@ -106,10 +113,16 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _run_until_signalled(node: _Node, settings: Settings, resync: float) -> None:
+def _run_until_signalled(
+    node: _Node, settings: Settings, resync: float, ready_file: str | None
+) -> None:
     """install; wait for a stop signal (also one that came during install), installing again
     every ``resync`` seconds - which re-derives a drop-in from the files it copies, so an
     admin's later edit of them takes effect (and restarts the runtime); cleanup.
+
+    ``ready_file`` exists from the end of the first install until the stop signal (or a failed
+    install): a container is Ready only once its SIGTERM would run cleanup (a namespace's PID 1
+    drops a signal that comes before its handler is set).
 
     The signal handlers do nothing in Python: the interpreter writes each signal's number to a
     wakeup socket, which this blocks on. (A handler that sets a ``threading.Event`` deadlocks
@@ -122,7 +135,11 @@ def _run_until_signalled(node: _Node, settings: Settings, resync: float) -> None
         wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         previous = {sig: signal.signal(sig, _ignore) for sig in _STOP_SIGNALS}
         try:
+            _unmark(ready_file)
             _report(install(node.target, settings), node)
+            if ready_file is not None:
+                os.makedirs(os.path.dirname(os.path.abspath(ready_file)), exist_ok=True)
+                write_atomic(ready_file, b"installed\n")
             print("gpuctrl toolkit: installed; waiting for a stop signal", flush=True)
             reader.settimeout(resync)
             while True:
@@ -133,11 +150,19 @@ def _run_until_signalled(node: _Node, settings: Settings, resync: float) -> None
                     report = install(node.target, settings)
                     if report.changed:
                         _report(report, node)
+            _unmark(ready_file)
             _report(cleanup(node.target), node)
         finally:
+            _unmark(ready_file)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             signal.set_wakeup_fd(wakeup)
+
+
+def _unmark(ready_file: str | None) -> None:
+    if ready_file is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(ready_file)
 
 
 def _ignore(signum: int, frame: object) -> None:

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import sys
+import tomllib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -142,6 +143,80 @@ async def running_webhook(
     ) as process:  # fmt: skip
         await ready(probes, log)
         yield process
+
+
+# The stories' shared checks (node-local repository, day 2).
+NODES = Resource("v1", "Node", "nodes", False)
+CONFIG_MAPS = Resource("v1", "ConfigMap", "configmaps")
+
+
+def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A status's conditions by type."""
+    return {c["type"]: c for c in status.get("conditions") or []}
+
+
+async def policy_ready(
+    admin: Client, name: str, *, within: float, ready_nodes: str | None = None
+) -> dict[str, Any]:
+    """Wait until ClusterPolicy ``name`` is ``ready`` for its current generation (and, given
+    ``ready_nodes``, its ``status.readyNodes`` says so, e.g. ``4/4``); its status."""
+
+    async def ready() -> dict[str, Any]:
+        policy = await admin.get(POLICIES, name)
+        status: dict[str, Any] = policy.get("status") or {}
+        aggregate = conditions(status).get("Ready", {})
+        assert status.get("state") == "ready", status
+        assert aggregate.get("observedGeneration") == policy["metadata"]["generation"], status
+        if ready_nodes is not None:
+            assert status.get("readyNodes") == ready_nodes, status
+        return status
+
+    return await eventually(ready, within=within)
+
+
+async def pods_of(admin: Client, namespace: str, container: str) -> list[dict[str, Any]]:
+    """The pods in ``namespace`` that have a container named ``container``."""
+    pods = await admin.list(PODS, namespace)
+    return [p for p in pods if any(c["name"] == container for c in p["spec"]["containers"])]
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    """Whether the pod's Ready condition is True."""
+    return conditions(pod.get("status") or {}).get("Ready", {}).get("status") == "True"
+
+
+async def container_log(admin: Client, namespace: str, pod: str, container: str) -> str:
+    """What ``kubectl logs`` shows of ``container``, read through the apiserver."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+    body = await admin.read(path, {"container": container}, accept="*/*")
+    return body.decode(errors="replace")
+
+
+@asynccontextmanager
+async def managed_cluster(log: Path) -> AsyncIterator[tuple[ControlPlane, Client]]:
+    """`operator_cluster` with ``gpuctrl manager`` running on it (no leader election) for
+    the ``gpuctrl`` namespace, its output in ``log``."""
+    async with (
+        operator_cluster() as (plane, admin),
+        running_manager(plane.kubeconfig, "gpuctrl", log, "--no-leader-elect"),
+    ):
+        yield plane, admin
+
+
+def containerd_runtimes(text: bytes) -> dict[str, Any]:
+    """The CRI runtimes table of a containerd config, version 2 or 3."""
+    plugins = tomllib.loads(text.decode())["plugins"]
+    cri = plugins.get("io.containerd.cri.v1.runtime") or plugins["io.containerd.grpc.v1.cri"]
+    return dict(cri["containerd"]["runtimes"])
+
+
+def assert_nvidia_added(original: bytes, now: bytes) -> None:
+    """``now`` is the containerd config ``original`` with the nvidia runtime added and runc
+    exactly as it was."""
+    runtimes = containerd_runtimes(now)
+    assert "nvidia" in runtimes, now.decode()
+    assert runtimes["nvidia"]["options"]["BinaryName"].endswith("/nvidia-container-runtime")
+    assert runtimes["runc"] == containerd_runtimes(original)["runc"]
 
 
 # A GPU host as the node agents see it (`seed_gpu_host`): containerd's config, and the host's

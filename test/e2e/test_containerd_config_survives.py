@@ -11,14 +11,19 @@ byte-identical to what the node had.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from e2e_stack import PODS, POLICIES, operator_cluster, running_manager
+from e2e_stack import (
+    PODS,
+    POLICIES,
+    assert_nvidia_added,
+    containerd_runtimes,
+    managed_cluster,
+)
 
 from gpuctrl.runtime import Client
 from gpuctrl.testing import (
@@ -56,29 +61,18 @@ POLICY = {
 }
 
 
-def _runtimes(text: bytes) -> dict[str, Any]:
-    """The CRI runtimes table of a containerd config, version 2 or 3."""
-    plugins = tomllib.loads(text.decode())["plugins"]
-    cri = plugins.get("io.containerd.cri.v1.runtime") or plugins["io.containerd.grpc.v1.cri"]
-    return dict(cri["containerd"]["runtimes"])
-
-
 def _installed(original: bytes, now: bytes) -> None:
-    """``now`` is ``original`` with the nvidia runtime added and runc exactly as it was."""
-    runtimes = _runtimes(now)
-    assert "nvidia" in runtimes, now.decode()
-    assert runtimes["nvidia"]["options"]["BinaryName"].endswith("/nvidia-container-runtime")
-    assert runtimes["runc"] == _runtimes(original)["runc"]
-    assert runtimes["runc"]["options"]["SystemdCgroup"] is True
+    """``now`` is ``original`` with the nvidia runtime added and runc (SystemdCgroup on)
+    exactly as it was."""
+    assert_nvidia_added(original, now)
+    assert containerd_runtimes(now)["runc"]["options"]["SystemdCgroup"] is True
 
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[ControlPlane, Client]]:
     """A cluster of this test's own with gpuctrl's CRDs and ``gpuctrl manager`` running."""
-    async with operator_cluster() as (plane, admin):
-        log = tmp_path / "manager.log"
-        async with running_manager(plane.kubeconfig, NAMESPACE, log, "--no-leader-elect"):
-            yield plane, admin
+    async with managed_cluster(tmp_path / "manager.log") as cluster:
+        yield cluster
 
 
 async def _toolkit_pods(admin: Client) -> dict[str, dict[str, Any]]:
@@ -96,13 +90,6 @@ def _ready(pod: dict[str, Any]) -> bool:
     return conditions.get("Ready") == "True"
 
 
-# Known bug, open in issue 15: in one CI-like run of three (loaded machine) the node that had
-# no power cut kept the nvidia runtimes after the ClusterPolicy's deletion - its agent's cleanup
-# never ran (no SIGTERM reached it, or it was killed before cleanup). Not strict, so the run
-# still reports it; the cause is to be found before this marker goes.
-@pytest.mark.xfail(
-    strict=False, reason="issue 15: a node's cleanup on SIGTERM sometimes does not run under load"
-)
 async def test_containerd_config_survives_install_power_cut_and_policy_deletion(
     cluster: tuple[ControlPlane, Client],
 ) -> None:
@@ -139,8 +126,7 @@ async def test_containerd_config_survives_install_power_cut_and_policy_deletion(
             assert sorted(pods) == sorted(config), pods
             for node, pod in pods.items():
                 assert _ready(pod), (node, pod.get("status"))
-                # The toolkit container has no readinessProbe (Ready is its being alive),
-                # so this is retried until the file has the runtime.
+                # Ready is the agent's ready file: installed, and SIGTERM now runs cleanup.
                 _installed(original[node], config[node].read_bytes())
 
         await eventually(all_ready, within=120)
@@ -156,6 +142,7 @@ async def test_containerd_config_survives_install_power_cut_and_policy_deletion(
 
         # Deleting the ClusterPolicy: the DaemonSet goes, its pods get SIGTERM and their
         # grace, each agent undoes what its journal records.
+        pods = {node: pod["metadata"]["name"] for node, pod in (await _toolkit_pods(admin)).items()}
         await admin.delete(POLICIES, POLICY["metadata"]["name"])
 
         async def gone() -> None:
@@ -163,4 +150,5 @@ async def test_containerd_config_survives_install_power_cut_and_policy_deletion(
 
         await eventually(gone, within=120)
         for node, path in config.items():
-            assert path.read_bytes() == original[node], node
+            logs = kubelet.process_logs(NAMESPACE, pods[node])
+            assert path.read_bytes() == original[node], (node, logs)

@@ -1,5 +1,6 @@
 """`make run` end to end: local cluster, CRDs, `gpuctrl manager` keeping the operands converged
-(labels, DaemonSets, a roll after a spec edit, status, metrics), clean Ctrl-C."""
+(labels, DaemonSets, a roll after a spec edit, status, metrics), the real toolkit agent on each
+node (its table row, the node's config restored once the policy is deleted), clean Ctrl-C."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import tomllib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -34,15 +36,34 @@ ADDRESS_VARIABLES = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass
 class Run:
-    """A running `make run`: the process, the kubeconfig and everything it printed, and the
-    manager's metrics address."""
+    """A running `make run`: the process, the kubeconfig, the manager's metrics address and
+    the lines it printed so far (read all along: a full pipe would block its processes)."""
 
     process: asyncio.subprocess.Process
     kubeconfig: Path
-    output: str
     metrics: str
+    lines: list[str]
+
+    @property
+    def output(self) -> str:
+        """Everything printed so far."""
+        return "".join(self.lines)
+
+    async def printed(self, text: str, within: float = 180) -> str:
+        """The output once it contains ``text``; fails naming it after ``within`` seconds."""
+
+        async def contains() -> str:
+            output = self.output
+            if text in output:
+                return output
+            if self.process.returncode is not None:
+                code = self.process.returncode
+                raise RuntimeError(f"make run exited {code} before printing {text!r}:\n{output}")
+            raise AssertionError(f"make run has not printed {text!r} yet:\n{output}")
+
+        return await eventually(contains, within=within)
 
 
 def _free_addresses(count: int) -> list[str]:
@@ -77,24 +98,26 @@ async def running_make_run(
         env=env,
         start_new_session=True,  # its manager and webhook share the group: killed with it
     )
-    assert process.stdout is not None
-    printed: Path | None = None
-    output: list[str] = []
+    lines: list[str] = []
+
+    async def read() -> None:
+        assert process.stdout is not None
+        async for line in process.stdout:
+            lines.append(line.decode(errors="replace"))
+
+    reader = asyncio.create_task(read())
     try:
-        async with asyncio.timeout(START_TIMEOUT):
-            while not output or not output[-1].startswith("running"):
-                line = (await process.stdout.readline()).decode()
-                assert line, "make run exited before it was running:\n" + "".join(output)
-                output.append(line)
-                if line.startswith("kubeconfig: "):
-                    printed = Path(line.split(": ", 1)[1].strip())
-        assert printed is not None, "".join(output)
-        yield Run(process, printed, "".join(output), addresses[0])
+        run = Run(process, Path(), addresses[0], lines)
+        await run.printed("\nrunning; Ctrl-C", within=START_TIMEOUT)
+        (kubeconfig_line,) = [line for line in lines if line.startswith("kubeconfig: ")]
+        run.kubeconfig = Path(kubeconfig_line.split(": ", 1)[1].strip())
+        yield run
     finally:
         # Until every holder of its stdout is gone, asyncio's wait() does not return.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         await process.wait()
+        await reader
 
 
 async def _interrupt(process: asyncio.subprocess.Process) -> None:
@@ -153,7 +176,28 @@ async def _operands_run_then_interrupt(run: Run) -> None:
 
         await eventually(rolled, within=30)
         await eventually(operands_running, within=120)
-        await _metrics_served(run.metrics)
+        # The gauges follow the operand controllers' own reconciles, a moment after the
+        # DaemonSets' status.
+        await eventually(lambda: _metrics_served(run.metrics), within=30)
+        # What happened per node, printed once the policy was ready: the real toolkit agent
+        # added the runtime to each node's containerd config.
+        output = await run.printed("try:\n")
+        table = output.split(" is ready:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+        assert table[0].split() == ["NODE", "OS", "DRIVER", "TOOLKIT", "VALIDATOR"]
+        assert sorted(row.split()[0] for row in table[1:]) == [f"gpu-node-{i}" for i in range(4)]
+        assert all("nvidia runtime added" in row for row in table[1:]), table
+        # The second command to try: delete the policy, cat the node's config: as it was.
+        config = Path(output.split("; cat ", 1)[1].split()[0])
+        assert "runtimes.nvidia]" in await asyncio.to_thread(config.read_text)
+        await raw.delete(POLICIES, policy["metadata"]["name"])
+
+        async def restored() -> None:
+            text = await asyncio.to_thread(config.read_text)
+            assert "nvidia" not in text, text
+            runtimes = tomllib.loads(text)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+            assert runtimes["runtimes"]["runc"]["options"] == {"SystemdCgroup": True}
+
+        await eventually(restored, within=60)
     await _interrupt(run.process)
 
 

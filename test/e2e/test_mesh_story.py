@@ -37,6 +37,7 @@ import pytest_asyncio
 from e2e_stack import (
     PODS,
     POLICIES,
+    is_ready,
     operator_cluster,
     running_manager,
     running_webhook,
@@ -194,11 +195,6 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         yield stack
 
 
-def _ready(pod: dict[str, Any]) -> bool:
-    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
-    return conditions.get("Ready") == "True"
-
-
 def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
     return [*(pod["spec"].get("initContainers") or []), *pod["spec"]["containers"]]
 
@@ -256,7 +252,7 @@ async def _all_validated(stack: Stack, since: dict[str, str] | None = None) -> N
         for name, pod in pods.items():
             if since is not None:
                 assert pod["metadata"]["uid"] != since.get(name), name
-            assert _ready(pod), (name, await _why_not_ready(stack.admin, pod))
+            assert is_ready(pod), (name, await _why_not_ready(stack.admin, pod))
             root = nodes[name]
             assert root is not None
             for check in CHECKS:

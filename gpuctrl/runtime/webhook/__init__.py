@@ -2,10 +2,12 @@
 
 `WebhookServer` serves handlers over HTTPS with certificates reloaded from files
 (`CertWatcher`); handlers take an `AdmissionRequest` and answer `allowed`, `denied` or
-`patched` (a JSON Patch computed from the object before and after). It knows nothing of GPUs.
+`patched` (a JSON Patch computed from the object before and after); `new_ca` and
+`new_serving_certificate` issue the certificates to serve with. It knows nothing of GPUs.
 """
 
 from ._certs import CERT_FILE, KEY_FILE, CertWatcher
+from ._pki import KeyPair, certificate_pem, new_ca, new_serving_certificate, private_key_pem
 from ._review import (
     ADMISSION_API_VERSION,
     AdmissionRequest,
@@ -29,10 +31,15 @@ __all__ = [
     "BadReview",
     "CertWatcher",
     "Handler",
+    "KeyPair",
     "WebhookServer",
     "allowed",
+    "certificate_pem",
     "denied",
+    "new_ca",
+    "new_serving_certificate",
     "parse_review",
     "patched",
+    "private_key_pem",
     "review_response",
 ]

@@ -297,6 +297,8 @@ async def test_deletion_sends_sigterm_and_waits_the_grace_period(
     # The handler ran to its end within the grace period; with none left it was killed.
     assert (node.root / "out/graceful/cleaned").read_text() == "cleaned\n"
     assert not (node.root / "out/hurried/cleaned").exists()
+    # What the processes wrote outlives their pods, as a kubelet's /var/log/pods does.
+    assert gpu_nodes.process_logs(namespace, "graceful") == {"main/0": "got TERM\n"}
 
 
 @pytest.mark.gpu_nodes(count=1)

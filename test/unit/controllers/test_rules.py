@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from api.v1alpha1 import load_cluster_policy
 from controllers._apply import APPLIED_HASH, holds, needs_apply, with_hash
+from controllers._cluster import node_state
 from controllers._readiness import daemonset_readiness, summary
-from controllers.nodes import label_changes
+from controllers.nodes import DEPLOY_LABELS, is_gpu, label_changes
 from controllers.policy import ready_nodes
 from controllers.render import COMPONENTS, ClusterFacts, NodeFacts, render, render_component
 
@@ -79,6 +83,31 @@ def test_label_changes(
     assert label_changes(labels, enabled) == changes
     settled = {k: v for k, v in {**labels, **changes}.items() if v is not None}
     assert label_changes(settled, enabled) == {}  # one patch converges
+
+
+_KEYS = st.sampled_from(
+    [NFD, PRESENT, "nvidia.com/gpu.deploy.operands", *DEPLOY_LABELS.values(), "other", "os"]
+)
+_VALUES = st.sampled_from(["true", "false", "", "paused-for-driver-upgrade"])
+
+
+@given(
+    labels=st.dictionaries(_KEYS, _VALUES),
+    enabled=st.sets(st.sampled_from(ALL)),
+)
+def test_labelling_state_decides_as_the_full_labels_do(
+    labels: dict[str, str], enabled: set[str]
+) -> None:
+    """The reporter counts nodes by `node_state`: it must hold every label the labeller's
+    rules read, and nothing else."""
+    state = json.loads(node_state({"metadata": {"labels": labels}}))
+    assert label_changes(state, enabled) == label_changes(labels, enabled)
+    assert is_gpu(state) == is_gpu(labels)
+    assert "other" not in state
+    assert "os" not in state
+    assert node_state({"metadata": {"labels": dict(reversed(labels.items()))}}) == (
+        node_state({"metadata": {"labels": labels}})
+    )
 
 
 @pytest.mark.parametrize(
@@ -185,9 +214,12 @@ def test_ready_nodes_needs_every_enabled_component_on_a_gpu_node() -> None:
     nodes = [{"metadata": {"name": n, "labels": {NFD: "true"}}} for n in ("a", "b")] + [
         {"metadata": {"name": "cpu", "labels": {}}}
     ]
-    pods = [_pod("x", node="a"), _pod("x", node="b", ready="False"), _pod("x", node="cpu")]
-    assert ready_nodes(nodes, pods, frozenset({"driver"})) == "1/2"
-    assert ready_nodes(nodes, pods, frozenset()) == "2/2"
+    running = {"a": {"driver", "toolkit"}, "b": {"toolkit"}, "cpu": {"driver"}}
+    assert ready_nodes(nodes, running, frozenset({"driver"})) == "1/2"
+    assert ready_nodes(nodes, running, frozenset({"driver", "toolkit"})) == "1/2"
+    assert ready_nodes(nodes, running, frozenset({"toolkit"})) == "2/2"
+    assert ready_nodes(nodes, running, frozenset()) == "2/2"
+    assert ready_nodes(nodes, {}, frozenset({"driver"})) == "0/2"
 
 
 def test_components_partition_the_render() -> None:

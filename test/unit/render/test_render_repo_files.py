@@ -460,6 +460,15 @@ BAD = [
     ),
     pytest.param(
         "a.repo",
+        "[x]\nBaseURL=file:///opt/local\n",
+        [
+            _err("a.repo", 1, "[x] has no baseurl, mirrorlist or metalink"),
+            _err("a.repo", 2, "'BaseURL' is not read: dnf and zypper know only 'baseurl'"),
+        ],
+        id="repo-option-case",
+    ),
+    pytest.param(
+        "a.repo",
         "[x]\nbaseurl=/opt/local\n",
         [
             _err(
@@ -539,6 +548,16 @@ def test_zypper_reads_repo_files_with_the_same_rules() -> None:
     assert _only("a.repo", "[x]\nbaseurl=dir:///srv/x\n", "zypper") == [
         _err("a.repo", 2, _unseen("baseurl", "dir:///srv/x", "repository", "/srv/x", "/srv/x"))
     ]
+
+
+def test_zypper_separates_urls_with_spaces_only_and_dnf_also_with_commas() -> None:
+    text = "[x]\nbaseurl=file:///opt/local/a,file:///opt/local/b\n"
+    message = (
+        "baseurl 'file:///opt/local/a,file:///opt/local/b': zypper reads this as one URL;"
+        " separate URLs with spaces"
+    )
+    assert _only("a.repo", text, "zypper") == [_err("a.repo", 2, message)]
+    assert _only("a.repo", text, "yum") == []
 
 
 def test_a_mixed_cluster_checks_each_key_for_the_families_that_read_it() -> None:

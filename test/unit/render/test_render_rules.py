@@ -372,12 +372,16 @@ def test_toolkit_passes_the_set_containerd_settings_as_options() -> None:
         },
     )
     objects = render(policy, _facts())
-    args = _pod(objects, "gpuctrl-toolkit")["spec"]["containers"][0]["args"]
-    assert args == [
+    container = _pod(objects, "gpuctrl-toolkit")["spec"]["containers"][0]
+    assert container["args"] == [
         "toolkit", "run", "--host-root", "/host", "--runtime-dir", "/opt/nvidia/toolkit",
         "--state-dir", "/var/lib/gpuctrl/toolkit", "--runtime-name", "gpu",
+        "--ready-file", "/run/gpuctrl/toolkit-ready",
         "--distribution", "k3s", "--set-as-default",
     ]  # fmt: skip
+    # Ready only once the agent would clean up on SIGTERM: the file it writes then.
+    probe = container["readinessProbe"]["exec"]["command"]
+    assert probe == ["test", "-f", "/run/gpuctrl/toolkit-ready"]
     runtime_class = _find(objects, "RuntimeClass", "gpu")
     assert runtime_class["handler"] == "gpu"
 

@@ -5,6 +5,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuctrl.runtime import NAMESPACE_INDEX, Store, freeze
 
@@ -78,10 +80,63 @@ def test_custom_index_is_updated_on_every_change(add_index_first: bool) -> None:
     assert store.by_index("node", "n1") == []
 
 
+def test_index_keys_and_values_follow_changes_without_decoding() -> None:
+    store = Store()
+    store.add_index("node", by_node)
+    assert store.index_values("node") == []
+    store.upsert(obj("p1", node="n1"))
+    store.upsert(obj("p2", node="n1"))
+    store.upsert(obj("p3", node="n2"))
+    store.upsert(obj("p4"))  # under no value
+    assert sorted(store.index_values("node")) == ["n1", "n2"]
+    assert sorted(store.index_keys("node", "n1")) == ["ns/p1", "ns/p2"]
+    assert store.index_keys("node", "n3") == []
+    store.upsert(obj("p3", node="n1", rv="2"))
+    assert store.index_values("node") == ["n1"]
+    store.delete("ns/p1")
+    assert sorted(store.index_keys("node", "n1")) == ["ns/p2", "ns/p3"]
+    assert sorted(store.index_values(NAMESPACE_INDEX)) == ["ns"]
+
+
 def test_index_errors_name_the_index() -> None:
     store = Store()
+    for read in (store.by_index, store.index_keys):
+        with pytest.raises(KeyError, match="no index named 'nodes'"):
+            read("nodes", "x")
     with pytest.raises(KeyError, match="no index named 'nodes'"):
-        store.by_index("nodes", "x")
+        store.index_values("nodes")
     store.add_index("node", by_node)
     with pytest.raises(ValueError, match="'node' already exists"):
         store.add_index("node", by_node)
+
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["upsert", "delete"]),
+        st.sampled_from(["a", "b", "c", "d"]),
+        st.one_of(st.none(), st.sampled_from(["n1", "n2", "n3"])),
+    ),
+    max_size=30,
+)
+
+
+@given(ops=_OPS)
+def test_index_keys_and_values_match_the_stored_objects(
+    ops: list[tuple[str, str, str | None]],
+) -> None:
+    """After any sequence of writes, the index holds exactly what its function says of the
+    objects stored, and nothing under a value no object has any more."""
+    store = Store()
+    store.add_index("node", by_node)
+    for rv, (op, name, node) in enumerate(ops):
+        if op == "upsert":
+            store.upsert(obj(name, node=node, rv=str(rv)))
+        else:
+            store.delete(f"ns/{name}")
+    expected: dict[str, set[str]] = {}
+    for stored in store.list():
+        for value in by_node(stored):
+            expected.setdefault(value, set()).add(f"ns/{stored['metadata']['name']}")
+    assert sorted(store.index_values("node")) == sorted(expected)
+    for value, keys in expected.items():
+        assert set(store.index_keys("node", value)) == keys

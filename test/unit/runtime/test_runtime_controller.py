@@ -11,6 +11,7 @@ import pytest
 
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
+    Conflict,
     Controller,
     Request,
     Result,
@@ -81,6 +82,28 @@ async def test_exception_requeues_with_growing_delays(start: Callable[..., Runni
     assert running.controller.queue.num_requeues(A) == 6
     assert running.metric("controller_runtime_reconcile_errors_total") == 6
     assert running.metric("controller_runtime_reconcile_total", result="error") == 6
+
+
+async def test_a_lost_write_race_is_one_warning_line_and_a_bug_a_traceback(
+    start: Callable[..., Running], caplog: pytest.LogCaptureFixture
+) -> None:
+    failures = iter([Conflict(409, "Conflict", "the object has been modified"), KeyError("bug")])
+
+    async def reconcile(request: Request) -> None:
+        raise next(failures)
+
+    running = start(reconcile)
+    caplog.set_level(logging.WARNING, logger="gpuctrl.runtime.controller")
+    running.controller.queue.add(A)
+    await running.run_until(lambda: len(caplog.records) >= 2)
+    conflict, bug = caplog.records[:2]
+    assert conflict.levelno == logging.WARNING
+    assert conflict.exc_info is None
+    assert "retrying with backoff: Conflict" in conflict.getMessage()
+    assert bug.levelno == logging.ERROR
+    assert bug.exc_info is not None
+    assert running.metric("controller_runtime_reconcile_errors_total") == 2
+    assert running.controller.queue.num_requeues(A) == 2
 
 
 async def test_terminal_error_is_counted_and_not_retried(start: Callable[..., Running]) -> None:

@@ -60,16 +60,21 @@ async def test_retry_on_conflict_waits_on_the_given_clock(clock: FakeClock) -> N
 
     async def attempt() -> str:
         tries.append(clock.now())
-        if len(tries) < 3:
+        if len(tries) < 5:
             raise Conflict(409, "Conflict", "stale")
         return "done"
 
-    task = asyncio.create_task(retry_on_conflict(attempt, delay=5.0, clock=clock))
-    await clock.step(5.5)
-    await clock.step(5.5)
+    task = asyncio.create_task(retry_on_conflict(attempt, delay=5.0, max_delay=15.0, clock=clock))
+    await clock.step()
+    while not task.done():
+        deadline = clock.next_deadline
+        assert deadline is not None
+        await clock.step(deadline - clock.now())
     assert await task == "done"
-    assert len(tries) == 3
-    assert all(b - a >= 5.0 for a, b in itertools.pairwise(tries))
+    # Twice as long each time (at most 10% jitter), capped at max_delay: 5, 10, 15, 15.
+    gaps = [b - a for a, b in itertools.pairwise(tries)]
+    for gap, base in zip(gaps, (5.0, 10.0, 15.0, 15.0), strict=True):
+        assert base <= gap <= base * 1.1
 
 
 def test_pod_namespace_from_the_environment_then_the_service_account(

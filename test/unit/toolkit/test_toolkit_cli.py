@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from toolkit_agent import running_agent
+from toolkit_agent import stop as stop_agent
 
 from gpuctrl.cli import main
 
@@ -70,27 +70,27 @@ def test_second_install_after_someone_edited_keeps_the_first_original(tmp_path: 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT])
 def test_run_cleans_up_on_each_stop_signal(stop: signal.Signals, tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_bytes(INSTALLER)
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "gpuctrl", *_argv("run", tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert agent.stdout is not None
-        for line in agent.stdout:
-            if "waiting for a stop signal" in line:
-                break
+    with running_agent(_argv("run", tmp_path)) as agent:
         assert b"nvidia-container-runtime.legacy" in (tmp_path / "config.toml").read_bytes()
-        agent.send_signal(stop)
-        out, _ = agent.communicate(timeout=30)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
+        out = stop_agent(agent, stop)
     assert agent.returncode == 0, out
     assert "restored the original" in out
     assert (tmp_path / "config.toml").read_bytes() == INSTALLER
+
+
+def test_the_ready_file_exists_only_while_installed_and_waiting(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_bytes(INSTALLER)
+    ready = tmp_path / "run" / "gpuctrl" / "toolkit-ready"
+    with running_agent(_argv("run", tmp_path, "--ready-file", str(ready))) as agent:
+        assert ready.read_text() == "installed\n"
+        out = stop_agent(agent)
+    assert agent.returncode == 0, out
+    assert not ready.exists()
+    # An install that fails leaves no ready file behind, also a stale one.
+    ready.write_text("stale\n")
+    (tmp_path / "config.toml").write_text("not [toml")
+    assert main(_argv("run", tmp_path, "--ready-file", str(ready))) == 2
+    assert not ready.exists()
 
 
 def test_drop_in_already_covered_by_a_glob_leaves_the_main_file_alone(tmp_path: Path) -> None:

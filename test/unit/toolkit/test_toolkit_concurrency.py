@@ -4,12 +4,16 @@ install's complete output, never an empty or half-written file."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
-from gpuctrl.toolkit._fs import TMP_SUFFIX
+import pytest
+
+from gpuctrl.toolkit._errors import ToolkitError
+from gpuctrl.toolkit._fs import LOCK_NAME, TMP_SUFFIX, locked
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "toolkit" / "containerd"
 ROUNDS = 15
@@ -54,3 +58,31 @@ def test_two_agents_in_place(tmp_path: Path) -> None:
 
 def test_two_agents_drop_in(tmp_path: Path) -> None:
     _race(tmp_path, drop_in=True)
+
+
+def test_the_lock_is_taken_when_the_folder_vanishes_between_makedirs_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """makedirs found the folder, and the agent that held the lock removed it before makedirs
+    checked that it is a folder: FileExistsError for a folder that is gone. Lock anew."""
+    state, real = tmp_path / "state", os.makedirs
+    calls = []
+
+    def racing(path: str, mode: int = 0o777, exist_ok: bool = False) -> None:
+        calls.append(path)
+        if len(calls) == 1:
+            raise FileExistsError(17, "File exists", path)
+        real(path, mode, exist_ok)
+
+    monkeypatch.setattr(os, "makedirs", racing)
+    with locked(str(state)):
+        assert (state / LOCK_NAME).exists()
+    assert len(calls) == 2
+
+
+def test_a_state_path_that_is_a_file_is_named(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.write_text("")
+    lock = locked(str(state))
+    with pytest.raises(ToolkitError, match="state: cannot take the agent's lock: not a folder"):
+        lock.__enter__()

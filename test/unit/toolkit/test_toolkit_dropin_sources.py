@@ -5,15 +5,13 @@ are refused (containerd 1.x replaces a whole plugin table with an imported one).
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from toolkit_agent import running_agent, stop
 
 from gpuctrl.cli import main
 from gpuctrl.toolkit import InvalidConfig, Settings, Target, cleanup, install
@@ -79,28 +77,13 @@ def test_run_re_derives_the_drop_in(tmp_path: Path) -> None:
     config, drop_in, _ = _node(tmp_path, MAIN, {})
     argv = ["toolkit", "run", "--config", str(config), "--drop-in", str(drop_in)]
     argv += ["--state-dir", str(tmp_path / "s"), "--runtime-dir", "/rt", "--resync-seconds", "0.1"]
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "gpuctrl", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert agent.stdout is not None
-        for line in agent.stdout:
-            if "waiting for a stop signal" in line:
-                break
+    with running_agent(argv) as agent:
         config.write_text(config.read_text().replace("a:1", "b:2"))
         deadline = time.monotonic() + 30
         while _cri(drop_in)["sandbox_image"] != "b:2":
             assert time.monotonic() < deadline, "the drop-in never followed the edit"
             time.sleep(0.05)
-        agent.send_signal(signal.SIGTERM)
-        out, _ = agent.communicate(timeout=30)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
+        out = stop(agent)
     assert agent.returncode == 0, out
     assert not drop_in.exists()
 

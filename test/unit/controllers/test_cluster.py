@@ -1,0 +1,202 @@
+"""What the controllers read of the cache (`controllers._cluster`): which Node events change a
+render, and the Node states that stand in for thousands of Nodes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from api.v1alpha1 import load_cluster_policy
+from controllers._cluster import (
+    TRANSFORMS,
+    cluster_facts,
+    honoured,
+    informer,
+    node_role_changed,
+    node_states,
+    owned_pods,
+    ready_components,
+    to_honoured,
+)
+from controllers._kinds import CLUSTER_POLICIES, CONFIG_MAPS, NODES, PODS
+from controllers.render import ClusterFacts, render
+from gpuctrl.runtime import Cache, Client, Event, Request, freeze
+
+NFD = "feature.node.kubernetes.io"
+GPU = f"{NFD}/pci-10de.present"
+OS_ID = f"{NFD}/system-os_release.ID"
+OS_VERSION = f"{NFD}/system-os_release.VERSION_ID"
+PRESENT = "nvidia.com/gpu.present"
+DRIVER = "nvidia.com/gpu.deploy.driver"
+
+
+def node(name: str, rv: str = "1", **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "resourceVersion": rv, "labels": labels},
+    }
+
+
+UBUNTU = {GPU: "true", OS_ID: "ubuntu", OS_VERSION: "22.04"}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "passes"),
+    [
+        pytest.param(
+            UBUNTU, {**UBUNTU, DRIVER: "true", PRESENT: "true"}, False, id="deploy-labels"
+        ),
+        pytest.param(UBUNTU, {**UBUNTU, "team": "a"}, False, id="unrelated-label"),
+        pytest.param(UBUNTU, {**UBUNTU, OS_VERSION: "24.04"}, True, id="os-upgraded"),
+        pytest.param(UBUNTU, {OS_ID: "ubuntu", OS_VERSION: "22.04"}, True, id="gpu-gone"),
+        pytest.param({}, {PRESENT: "true"}, True, id="marked-by-nvidia"),
+        pytest.param(UBUNTU, {**UBUNTU, OS_ID: "ubuntu"}, False, id="same-values"),
+        pytest.param({GPU: "false"}, {GPU: "true"}, True, id="gpu-label-turns-true"),
+        pytest.param({GPU: "false"}, {}, False, id="false-label-removed"),
+    ],
+)
+def test_node_role_changed_on_updates(
+    old: dict[str, str], new: dict[str, str], passes: bool
+) -> None:
+    event = Event("update", freeze(node("n", "2", **new)), freeze(node("n", "1", **old)))
+    assert node_role_changed(event) is passes
+
+
+@pytest.mark.parametrize("kind", ["add", "delete"])
+def test_node_role_changed_passes_adds_and_deletes(kind: Any) -> None:
+    assert node_role_changed(Event(kind, freeze(node("n", **UBUNTU))))
+
+
+def test_node_role_changed_passes_resyncs() -> None:
+    same = freeze(node("n", **UBUNTU))
+    assert node_role_changed(Event("update", same, same))  # as every runtime predicate does
+
+
+@pytest.fixture
+async def cache() -> AsyncIterator[Cache]:
+    async with ApiClient(Configuration()) as api:
+        yield Cache(Client(api))
+
+
+NODES_OF_A_CLUSTER = [
+    node("gpu-b", **UBUNTU, **{PRESENT: "true", DRIVER: "true"}),
+    node("gpu-a", **UBUNTU),
+    node("gpu-c", **{GPU: "true", OS_ID: "rhel", OS_VERSION: "9.4", "team": "x"}),
+    node("gpu-no-os", **{GPU: "true"}),
+    node("cpu", **{OS_ID: "ubuntu", OS_VERSION: "22.04", "kubernetes.io/hostname": "cpu"}),
+]
+
+
+async def test_node_states_group_nodes_by_the_labels_read(cache: Cache) -> None:
+    nodes = informer(cache, NODES, "gpuctrl")
+    nodes.replace(dict(n) for n in NODES_OF_A_CLUSTER)
+    states = node_states(cache, "gpuctrl")
+    found = {tuple(sorted(labels.items())): sorted(names) for labels, names in states}
+    assert found[tuple(sorted(UBUNTU.items()))] == ["gpu-a"]
+    assert {name for names in found.values() for name in names} == {
+        n["metadata"]["name"] for n in NODES_OF_A_CLUSTER
+    }
+    assert all("team" not in dict(k) and "kubernetes.io/hostname" not in dict(k) for k in found)
+    nodes.apply("MODIFIED", node("gpu-a", "2", **UBUNTU, **{PRESENT: "true", DRIVER: "true"}))
+    nodes.apply("DELETED", node("gpu-no-os", "2"))
+    regrouped = [sorted(names) for _, names in node_states(cache, "gpuctrl")]
+    assert ["gpu-a", "gpu-b"] in regrouped
+    assert "gpu-no-os" not in {name for names in regrouped for name in names}
+
+
+async def test_cluster_facts_render_as_the_full_nodes_do(cache: Cache) -> None:
+    informer(cache, NODES, "gpuctrl").replace(dict(n) for n in NODES_OF_A_CLUSTER)
+    informer(cache, CONFIG_MAPS, "gpuctrl").replace([])
+    from_cache = cluster_facts(cache, "gpuctrl")
+    full = ClusterFacts.from_objects("gpuctrl", NODES_OF_A_CLUSTER, [])
+    policy = load_cluster_policy({"spec": {}})
+    assert render(policy, from_cache) == render(policy, full)
+    assert [n.name for n in from_cache.gpu_nodes()] == [n.name for n in full.gpu_nodes()]
+    assert [n.os for n in from_cache.gpu_nodes()] == [n.os for n in full.gpu_nodes()]
+
+
+def test_nodes_are_cached_with_the_labels_read_only() -> None:
+    raw = node("gpu-a", **UBUNTU, **{DRIVER: "true", "team": "x"})
+    raw["metadata"] |= {"annotations": {"big": "x" * 1000}, "managedFields": [{}], "uid": "u"}
+    cached = TRANSFORMS[NODES](raw)
+    assert cached["metadata"] == {
+        "name": "gpu-a",
+        "uid": "u",
+        "resourceVersion": "1",
+        "labels": {**UBUNTU, DRIVER: "true"},
+    }
+    assert (cached["apiVersion"], cached["kind"]) == ("v1", "Node")
+
+
+def cluster_policy(name: str, created: str | None, rv: str = "1") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "resourceVersion": rv}
+    if created:
+        meta["creationTimestamp"] = created
+    return {"apiVersion": "gpuctrl.io/v1alpha1", "kind": "ClusterPolicy", "metadata": meta}
+
+
+async def test_the_oldest_policy_is_honoured_and_mapped_to(cache: Cache) -> None:
+    policies = informer(cache, CLUSTER_POLICIES, "gpuctrl")
+    policies.replace([])
+    mapper = to_honoured(cache)
+    assert honoured(cache) is None
+    assert list(mapper({})) == []
+    policies.replace(
+        [
+            cluster_policy("young", "2026-02-01T00:00:00Z"),
+            cluster_policy("b-old", "2026-01-01T00:00:00Z"),
+            cluster_policy("a-old", "2026-01-01T00:00:00Z"),  # a tie: the first name wins
+            cluster_policy("undated", None),
+        ]
+    )
+    found = honoured(cache)
+    assert found is not None
+    assert found.name == "a-old"
+    assert found.model is not None
+    assert list(mapper({})) == [Request("", "a-old")]
+    policies.apply("DELETED", cluster_policy("a-old", "2026-01-01T00:00:00Z", "2"))
+    policies.apply("DELETED", cluster_policy("b-old", "2026-01-01T00:00:00Z", "2"))
+    assert list(mapper({})) == [Request("", "young")]
+    policies.apply("DELETED", cluster_policy("young", "2026-02-01T00:00:00Z", "2"))
+    assert list(mapper({})) == [Request("", "undated")]
+
+
+def pod(name: str, node: str, component: str, ready: str, owner: str, rv: str = "1") -> Any:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "gpuctrl",
+            "resourceVersion": rv,
+            "labels": {"app.kubernetes.io/component": component},
+            "ownerReferences": [{"uid": owner, "controller": True}],
+        },
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+async def test_pods_are_found_by_owner_and_readiness_without_decoding_all(cache: Cache) -> None:
+    pods = informer(cache, PODS, "gpuctrl")
+    pods.replace(
+        [
+            pod("d-a", "a", "driver", "True", "ds-driver"),
+            pod("d-b", "b", "driver", "False", "ds-driver"),
+            pod("t-a", "a", "toolkit", "True", "ds-toolkit"),
+            pod("t-b", "b", "toolkit", "True", "ds-toolkit"),
+        ]
+    )
+    assert sorted(p["metadata"]["name"] for p in owned_pods(cache, "gpuctrl", "ds-driver")) == [
+        "d-a",
+        "d-b",
+    ]
+    assert owned_pods(cache, "gpuctrl", "gone") == []
+    assert ready_components(cache, "gpuctrl") == {"a": {"driver", "toolkit"}, "b": {"toolkit"}}
+    pods.apply("MODIFIED", pod("d-b", "b", "driver", "True", "ds-driver", "2"))
+    pods.apply("DELETED", pod("t-a", "a", "toolkit", "True", "ds-toolkit", "2"))
+    assert ready_components(cache, "gpuctrl") == {"a": {"driver"}, "b": {"driver", "toolkit"}}
