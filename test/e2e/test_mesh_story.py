@@ -17,7 +17,8 @@ Without the PodPolicy the workload pods get Istio's sidecar and the checks still
 each: gpuctrl's verdict judges only the template's containers, so where NVIDIA's validator
 crash-loops, nothing fails (the issue expected a bounded failure here). What a workload pod
 that really hangs gives is the last test: after ``timeoutSeconds`` an Event naming the pod and
-its running container, the pod deleted before the next try, one restart of the check. An
+its running container, the ClusterPolicy notReady naming the validator and 3/4 nodes, the
+pod deleted before the next try, one restart of the check. An
 apiserver restart while a workload pod runs leaves no pod behind.
 The tests run in file order on the one cluster; each first waits for the policy to be ready.
 """
@@ -37,8 +38,10 @@ import pytest_asyncio
 from e2e_stack import (
     PODS,
     POLICIES,
+    conditions,
     is_ready,
     operator_cluster,
+    policy_ready,
     running_manager,
     running_webhook,
     seed_gpu_host,
@@ -243,7 +246,7 @@ async def _mesh_injects_workloads(admin: Client, expected: bool) -> None:
 
 async def _all_validated(stack: Stack, since: dict[str, str] | None = None) -> None:
     """Every node's validator pod (a new one where ``since`` names the old uid) is Ready with
-    every status file in the node's folder, and the ClusterPolicy is ready."""
+    every status file in the node's folder, then the ClusterPolicy is ready on all 4 nodes."""
     nodes = {node.name: node.root for node in stack.kubelet.nodes}
 
     async def validated() -> None:
@@ -263,10 +266,9 @@ async def _all_validated(stack: Stack, since: dict[str, str] | None = None) -> N
             assert driver.startswith("ran: chroot /host nvidia-smi\npassed\nNVIDIA-SMI"), driver
             toolkit = (root / STATUS_DIR / "toolkit-ready").read_text()
             assert toolkit.startswith("ran: nvidia-smi\npassed\nNVIDIA-SMI"), toolkit
-        status = (await stack.admin.get(POLICIES, POLICY["metadata"]["name"])).get("status", {})
-        assert status.get("state") == "ready", status
 
     await eventually(validated, within=240)
+    await policy_ready(stack.admin, POLICY["metadata"]["name"], within=60, ready_nodes="4/4")
 
 
 async def _why_not_ready(admin: Client, pod: dict[str, Any]) -> str:
@@ -416,12 +418,13 @@ async def test_a_hanging_workload_pod_fails_clearly_once_per_try(stack: Stack) -
     try:
         await admin.delete(PODS, before[victim]["metadata"]["name"], NAMESPACE)
 
-        async def failed() -> dict[str, Any]:
+        async def failed() -> tuple[dict[str, Any], dict[str, Any]]:
             found = await _failures(admin, victim)
             assert len(found) > failures, found
-            return found[-1]
+            policy = await admin.get(POLICIES, POLICY["metadata"]["name"])
+            return found[-1], policy["status"]
 
-        event = await eventually(failed, within=120)
+        event, status = await eventually(failed, within=120)
     finally:
         stack.stuck.clear()  # the try after the failure gets a pod that works
     await _all_validated(stack, since={victim: before[victim]["metadata"]["uid"]})
@@ -431,6 +434,11 @@ async def test_a_hanging_workload_pod_fails_clearly_once_per_try(stack: Stack) -
     assert event["type"] == "Warning"
     assert event["message"].startswith(f"no verdict on workload pod {name} in time:")
     assert "cuda-validation: running" in event["message"], event["message"]
+    # Meanwhile the ClusterPolicy says which operand and how many nodes.
+    assert status["state"] == "notReady", status
+    validator = conditions(status)["ValidatorReady"]
+    assert validator["status"] == "False", status
+    assert "validator: 3/4 nodes ready" in validator["message"], status
     # Bounded: the hanging pod was deleted before the next try created its pod, and the
     # agent's check failed once (one restart of its init container), then passed.
     order = stack.timeline
