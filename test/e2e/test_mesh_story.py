@@ -15,11 +15,11 @@ workload pods' init and main containers carry ``validator.workloads.resources``.
 pod deleted from outside mid-run is replaced and the check passes without failing once.
 Without the PodPolicy the workload pods get Istio's sidecar and the checks still pass, one pod
 each: gpuctrl's verdict judges only the template's containers, so where NVIDIA's validator
-crash-loops, nothing fails (the issue expected a bounded failure here). What a workload pod
-that really hangs gives is the last test: after ``timeoutSeconds`` an Event naming the pod and
-its running container, the ClusterPolicy notReady naming the validator and 3/4 nodes, the
-pod deleted before the next try, one restart of the check. An
-apiserver restart while a workload pod runs leaves no pod behind.
+crash-loops, nothing fails (the issue expected a bounded failure here). A workload pod that
+really hangs gives the bounded failure: after ``timeoutSeconds`` an Event naming the pod and
+its running container, the ClusterPolicy notReady naming the validator and 3/4 nodes, the pod
+deleted before the next try, one restart of the check. An apiserver restart while a workload
+pod runs leaves no pod behind.
 The tests run in file order on the one cluster; each first waits for the policy to be ready.
 """
 
