@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tomllib
 from collections.abc import AsyncIterator
@@ -225,7 +226,7 @@ def assert_nvidia_added(original: bytes, now: bytes) -> None:
 _CONTAINERD_CONFIG = Path(__file__).resolve().parents[1] / (
     "data/toolkit/containerd/installer-systemd-cgroup.toml"
 )
-_SHELL_FILES = ("/bin/sh", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2")
+_SHELL = "/bin/sh"
 FAKE_NVIDIA_SMI = """#!/bin/sh
 echo "NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4 (simulated)"
 """
@@ -239,7 +240,7 @@ def seed_gpu_host(root: Path) -> None:
     config = root / "etc/containerd/config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_bytes(_CONTAINERD_CONFIG.read_bytes())
-    for name in _SHELL_FILES:
+    for name in (_SHELL, *_libraries(_SHELL)):
         target = root / name.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(Path(name).resolve(), target)
@@ -248,3 +249,9 @@ def seed_gpu_host(root: Path) -> None:
     smi.parent.mkdir(parents=True, exist_ok=True)
     smi.write_text(FAKE_NVIDIA_SMI)
     smi.chmod(0o755)
+
+
+def _libraries(program: str) -> list[str]:
+    """The shared libraries ``program`` loads (its loader included), as ``ldd`` lists them."""
+    listing = subprocess.run(["ldd", program], capture_output=True, text=True, check=True)
+    return [word for word in listing.stdout.split() if word.startswith("/")]
