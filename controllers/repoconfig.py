@@ -5,7 +5,9 @@
 False with every error in the message, True with the warnings in it; a Warning Event per
 problem whenever the verdict changes; ``gpuctrl_repo_config_problems{severity}``. While there
 are errors the driver controller keeps its last good DaemonSets (see `repo_errors`).
-Triggered by the policy's spec, the operand namespace's ConfigMaps and Nodes' labels.
+Triggered by the policy's spec, the operand namespace's ConfigMaps and Nodes' labels, and
+by time: it runs again when a certConfig certificate becomes valid, enters its last 30 days or
+expires (`next_certificate_change`), so an expiry is reported while there is time to act.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from api.v1alpha1 import ClusterPolicy
 from controllers._cluster import cluster_facts, honoured, informer, node_role_changed, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, CONFIG_MAPS, NODES
 from controllers._status import PolicyStatus, condition
-from controllers.render import ClusterFacts, check_repo_config
+from controllers.render import ClusterFacts, check_repo_config, next_certificate_change
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
     Controller,
@@ -32,6 +34,7 @@ from gpuctrl.runtime import (
 __all__ = ["REPO_CONFIG_READY", "repo_errors", "setup"]
 
 REPO_CONFIG_READY = "RepoConfigReady"
+_LONGEST_WAIT = 24 * 3600.0  # seconds: a clock that jumps is caught within a day
 _PROBLEMS = Gauge(
     "gpuctrl_repo_config_problems",
     "Problems of the driver's repository configuration, by severity.",
@@ -55,7 +58,8 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
         if policy is None or policy.name != request.name or policy.model is None:
             return None
         facts = cluster_facts(cache, namespace)
-        problems = check_repo_config(policy.model, facts, now=datetime.now(UTC))
+        now = datetime.now(UTC)
+        problems = check_repo_config(policy.model, facts, now=now)
         errors = [p.message for p in problems if p.severity == "error"]
         warnings = [p.message for p in problems if p.severity == "warning"]
         _PROBLEMS.labels("error").set(len(errors))
@@ -73,7 +77,11 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
         if await status.write(policy.obj, [entry], quiet=True):
             for problem in problems:
                 status.event(policy.obj, "Warning", "RepoConfigProblem", str(problem))
-        return None
+        change = next_certificate_change(policy.model, facts, now=now)
+        if change is None:
+            return None
+        # A second late: the verdict has changed by then (the boundary itself is exclusive).
+        return Result(requeue_after=min((change - now).total_seconds() + 1, _LONGEST_WAIT))
 
     controller = Controller("repo-config", reconcile, clock=cache.clock)
     policies = to_honoured(cache)

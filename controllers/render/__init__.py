@@ -20,7 +20,7 @@ from controllers.render._render import (
     render,
     render_component,
 )
-from controllers.render._repo import RepoProblem, check_repo_config
+from controllers.render._repo import RepoProblem, check_repo_config, next_certificate_change
 
 __all__ = [
     "COMPONENTS",
@@ -34,6 +34,7 @@ __all__ = [
     "RepoProblem",
     "builtin_workload_templates",
     "check_repo_config",
+    "next_certificate_change",
     "nodes_without_driver",
     "render",
     "render_component",

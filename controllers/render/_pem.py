@@ -9,7 +9,7 @@ from cryptography import x509
 
 from controllers.render._repofile import Finding
 
-__all__ = ["EXPIRY_WARNING", "certificate_findings"]
+__all__ = ["EXPIRY_WARNING", "certificate_findings", "next_verdict_change"]
 
 # A certificate that expires sooner than this is reported while there is time to replace it.
 EXPIRY_WARNING = timedelta(days=30)
@@ -44,6 +44,24 @@ def certificate_findings(text: str, now: datetime) -> list[Finding]:
             continue
         findings.extend(_validity(line, certificate, now))
     return findings
+
+
+def next_verdict_change(text: str, now: datetime) -> datetime | None:
+    """The first moment after ``now`` when `certificate_findings` of ``text`` would say
+    something else: a certificate becoming valid, entering its last `EXPIRY_WARNING`, or
+    expiring; None when none of its certificates changes any more."""
+    moments = []
+    for pem in _certificates(text):
+        after, before = pem.not_valid_after_utc, pem.not_valid_before_utc
+        moments += [m for m in (before, after - EXPIRY_WARNING, after) if m > now]
+    return min(moments, default=None)
+
+
+def _certificates(text: str) -> list[x509.Certificate]:
+    try:
+        return x509.load_pem_x509_certificates(text.encode("ascii"))
+    except (ValueError, UnicodeEncodeError):
+        return []  # certificate_findings names what is wrong
 
 
 def _validity(line: int, certificate: x509.Certificate, now: datetime) -> list[Finding]:

@@ -31,11 +31,11 @@ from controllers.render._osfamily import (
     family_of,
     unknown_os_message,
 )
-from controllers.render._pem import certificate_findings
+from controllers.render._pem import certificate_findings, next_verdict_change
 from controllers.render._readers import inside, parse, used_folders
 from controllers.render._repofile import Entry, Finding, LocalPath, Severity
 
-__all__ = ["MAX_PER_KEY", "RepoProblem", "check_repo_config"]
+__all__ = ["MAX_PER_KEY", "RepoProblem", "check_repo_config", "next_certificate_change"]
 
 # The most problems reported for one ConfigMap key.
 MAX_PER_KEY = 20
@@ -89,6 +89,17 @@ def check_repo_config(
     return [p for p in unique if p.severity == "error"] + [
         p for p in unique if p.severity == "warning"
     ]
+
+
+def next_certificate_change(
+    policy: ClusterPolicy, facts: ClusterFacts, *, now: datetime
+) -> datetime | None:
+    """When `check_repo_config`'s verdict on the certConfig certificates changes next by time
+    alone (one becomes valid, enters its last 30 days, or expires); None if never."""
+    name = policy.spec.driver.cert_config.name
+    certs = facts.config_map(name) if name and policy.spec.driver.enabled else None
+    moments = [next_verdict_change(text, now) for text in (certs.data if certs else {}).values()]
+    return min((m for m in moments if m is not None), default=None)
 
 
 def _families(

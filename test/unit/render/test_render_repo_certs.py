@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.v1alpha1 import load_cluster_policy
-from controllers.render import ClusterFacts, ConfigMapFacts, NodeFacts, check_repo_config
+from controllers.render import (
+    ClusterFacts,
+    ConfigMapFacts,
+    NodeFacts,
+    check_repo_config,
+    next_certificate_change,
+)
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 _KEY = ec.generate_private_key(ec.SECP256R1())
@@ -166,3 +172,49 @@ def test_any_text_in_a_pem_frame_gives_findings_never_an_exception(body: str, la
     problems = _check({"ca.crt": text})
     assert problems
     assert all(p.startswith("error: ConfigMap 'certs' key 'ca.crt' line 1: ") for p in problems)
+
+
+def _next_change(data: dict[str, str], now: datetime = NOW) -> datetime | None:
+    policy = load_cluster_policy({"spec": {"driver": {"certConfig": {"name": "certs"}}}})
+    facts = ClusterFacts(config_maps=(ConfigMapFacts(name="certs", data=data),))
+    return next_certificate_change(policy, facts, now=now)
+
+
+def test_the_next_change_is_the_first_certificate_boundary_after_now() -> None:
+    later = _pem("Later CA", NOW + timedelta(days=2), NOW + timedelta(days=400))
+    data = {"a.crt": GOOD, "b.crt": later + GOOD}
+    assert _next_change(data) == NOW + timedelta(days=2)  # b's second CA becomes valid
+    assert _next_change({"a.crt": GOOD}) == NOW + timedelta(days=365 - 30)  # its last 30 days
+    expired = _pem("Old CA", NOW - timedelta(days=9), NOW - timedelta(days=1))
+    assert _next_change({"a.crt": expired}) is None  # nothing changes any more
+    assert _next_change({"a.crt": "not a certificate"}) is None
+    assert _next_change({}) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(-400, 400), st.integers(1, 800)).map(
+            lambda t: (NOW + timedelta(hours=t[0]), NOW + timedelta(hours=t[0] + t[1]))
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.floats(0.01, 0.99),
+)
+def test_the_verdict_holds_between_changes_and_none_is_missed(
+    windows: list[tuple[datetime, datetime]], fraction: float
+) -> None:
+    """Requeueing at each returned moment misses no change of verdict: between two of them
+    the verdict stays what it was (a moment may also change nothing, e.g. a certificate that
+    becomes valid while its expiry is already being warned of), and after the last none."""
+    pems = "".join(_pem(f"CA {i}", start, end) for i, (start, end) in enumerate(windows))
+    data = {"ca.crt": pems}
+    moment: datetime | None = NOW
+    while moment is not None:
+        following = _next_change(data, moment)
+        assert following is None or following > moment
+        until = following or moment + timedelta(days=3650)
+        assert _check(data, moment + (until - moment) * fraction) == _check(data, moment)
+        # The controller looks again a second after the boundary (boundaries are exclusive).
+        moment = following + timedelta(seconds=1) if following else None
