@@ -1,12 +1,13 @@
 """`make run`: run `gpuctrl manager` against $KUBECONFIG, or against a local cluster it starts.
 
 Without KUBECONFIG it starts a local control plane (etcd, kube-apiserver, controller-manager,
-scheduler) with four simulated GPU nodes of two OS versions, each with a containerd config of
-its own and gpuctrl's toolkit agent running for real against it (bubblewrap), an Istio-like
-sidecar injector (`MeshInjector`) on the operands' namespace, the minimal sample ClusterPolicy
-(the toolkit told not to restart containerd: none runs there) and the Istio PodPolicy sample;
-once the policy is ready it prints what happened on each node and three commands to try. In
-both cases it installs the CRDs, starts
+scheduler) with four simulated GPU nodes of two OS versions, each with a folder of its own
+seeded as a GPU host (`seed_gpu_host`: containerd's config, a fake nvidia-smi) where gpuctrl's
+toolkit and validator agents run for real (bubblewrap), an Istio-like sidecar injector
+(`MeshInjector`) on the operands' namespace, the minimal sample ClusterPolicy (the toolkit told
+not to restart containerd: none runs there) and the Istio PodPolicy sample; once the policy is
+ready it prints what happened on each node and three commands to try. In both cases it
+installs the CRDs, starts
 ``gpuctrl webhook`` (managed certificates, configuration on its loopback URL
 $GPUCTRL_WEBHOOK_ADDRESS, default 127.0.0.1:9443; metrics and probes on
 $GPUCTRL_WEBHOOK_METRICS_ADDRESS and $GPUCTRL_WEBHOOK_PROBE_ADDRESS, default :8090 and :8091)
@@ -39,7 +40,7 @@ from gpuctrl.testing import (
     ControlPlane,
     MeshInjector,
     SimulatedKubelet,
-    SimulatedNode,
+    seed_gpu_host,
     simulated_gpu_nodes,
 )
 
@@ -54,20 +55,7 @@ WEBHOOK_METRICS = os.environ.get("GPUCTRL_WEBHOOK_METRICS_ADDRESS", "127.0.0.1:8
 WEBHOOK_PROBES = os.environ.get("GPUCTRL_WEBHOOK_PROBE_ADDRESS", "127.0.0.1:8091")
 POLICIES = Resource("gpuctrl.io/v1alpha1", "ClusterPolicy", "clusterpolicies", False)
 PODS = Resource("v1", "Pod", "pods")
-# Each simulated node's containerd config as its installer left it: runc with systemd cgroups.
 CONTAINERD_CONFIG = "etc/containerd/config.toml"
-NODE_CONTAINERD_CONFIG = """version = 2
-
-[plugins]
-  [plugins."io.containerd.grpc.v1.cri"]
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      default_runtime_name = "runc"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-          runtime_type = "io.containerd.runc.v2"
-          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-            SystemdCgroup = true
-"""
 # No containerd runs on a simulated node to be told to reload: the agent only edits the file.
 LOCAL_POLICY = {"toolkit": {"containerd": {"restartMode": "none", "dropInMode": "never"}}}
 VALIDATIONS = "run/gpuctrl/validations"
@@ -132,14 +120,12 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
             )
             nodes = simulated_gpu_nodes("gpu-node", count=4, os_releases=OS_RELEASES)
             kubelet = await stack.enter_async_context(SimulatedKubelet(plane.kubeconfig, nodes))
-            # gpuctrl's toolkit agent runs for real on every node, against the node's folder.
-            kubelet.set_behavior(
-                behavior=ContainerBehavior(process=True),
-                match={"app.kubernetes.io/component": "toolkit"},
-                image="*/gpuctrl:*",
-            )
+            # gpuctrl's own agents (toolkit, validator) run for real on every node, against
+            # the node's folder: containerd's config and a fake nvidia-smi there.
+            kubelet.set_behavior(behavior=ContainerBehavior(process=True), image="*/gpuctrl:*")
             for node in kubelet.nodes:
-                _seed(node)
+                assert node.root is not None
+                seed_gpu_host(node.root)
             kubeconfig = plane.kubeconfig
         api = await new_api_client(kubeconfig)
         stack.push_async_callback(api.close)
@@ -184,14 +170,6 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
         waiting.cancel()
         exited.cancel()
         print("stopping ...", flush=True)
-
-
-def _seed(node: SimulatedNode) -> None:
-    """What a GPU node has before the operator comes: containerd's config."""
-    assert node.root is not None
-    config = node.root / CONTAINERD_CONFIG
-    config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(NODE_CONTAINERD_CONFIG)
 
 
 def _merged(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

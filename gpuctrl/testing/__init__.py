@@ -5,7 +5,8 @@ kube-controller-manager and kube-scheduler) on loopback (`ControlPlane`), simula
 whose pods move through a realistic lifecycle (`SimulatedKubelet`, `SimulatedNode`,
 `ContainerBehavior`) or run for real as sandboxed local processes (`ContainerBehavior.process`,
 `SimulatedNode.root`, `SimulatedKubelet.restart_node`), a fake clock, an Istio-like sidecar
-injector (`MeshInjector`), Secret volumes swapped as the kubelet does (`write_secret_volume`),
+injector (`MeshInjector`), a node folder seeded as a GPU host (`seed_gpu_host`), Secret
+volumes swapped as the kubelet does (`write_secret_volume`),
 `eventually` for polling, and pytest fixtures (`gpuctrl.testing.pytest_plugin`, loaded
 automatically by pytest: `control_plane`, `kube_api`, `namespace`, `gpu_nodes`).
 """
@@ -14,6 +15,7 @@ from ._behavior import BEHAVIOR_ANNOTATION, BehaviorError, ContainerBehavior
 from ._clock import FakeClock
 from ._controlplane import ControlPlane, ControlPlaneError, default_assets_dir
 from ._eventually import eventually
+from ._gpuhost import NODE_CONTAINERD_CONFIG, seed_gpu_host
 from ._kubelet import SimulatedKubelet
 from ._mesh import MeshInjector
 from ._nodes import SimulatedNode, simulated_gpu_nodes
@@ -21,6 +23,7 @@ from ._volume import write_secret_volume
 
 __all__ = [
     "BEHAVIOR_ANNOTATION",
+    "NODE_CONTAINERD_CONFIG",
     "BehaviorError",
     "ContainerBehavior",
     "ControlPlane",
@@ -31,6 +34,7 @@ __all__ = [
     "SimulatedNode",
     "default_assets_dir",
     "eventually",
+    "seed_gpu_host",
     "simulated_gpu_nodes",
     "write_secret_volume",
 ]

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tomllib
 from collections.abc import AsyncIterator
@@ -218,40 +216,3 @@ def assert_nvidia_added(original: bytes, now: bytes) -> None:
     assert "nvidia" in runtimes, now.decode()
     assert runtimes["nvidia"]["options"]["BinaryName"].endswith("/nvidia-container-runtime")
     assert runtimes["runc"] == containerd_runtimes(original)["runc"]
-
-
-# A GPU host as the node agents see it (`seed_gpu_host`): containerd's config, and the host's
-# driver as far as the validator reaches it - nvidia-smi in /usr/bin, and a shell with the C
-# library, so that `chroot <host root> nvidia-smi` (the driver check) runs it.
-_CONTAINERD_CONFIG = Path(__file__).resolve().parents[1] / (
-    "data/toolkit/containerd/installer-systemd-cgroup.toml"
-)
-_SHELL = "/bin/sh"
-FAKE_NVIDIA_SMI = """#!/bin/sh
-echo "NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4 (simulated)"
-"""
-
-
-def seed_gpu_host(root: Path) -> None:
-    """Give a simulated node's folder ``root`` what the toolkit and validator agents need of a
-    GPU host: ``etc/containerd/config.toml`` (a runc runtime with SystemdCgroup) and a fake
-    ``usr/bin/nvidia-smi`` that a chroot into ``root`` can run (``bin/sh`` and its libraries
-    copied from this machine)."""
-    config = root / "etc/containerd/config.toml"
-    config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_bytes(_CONTAINERD_CONFIG.read_bytes())
-    for name in (_SHELL, *_libraries(_SHELL)):
-        target = root / name.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(Path(name).resolve(), target)
-        target.chmod(0o755)
-    smi = root / "usr/bin/nvidia-smi"
-    smi.parent.mkdir(parents=True, exist_ok=True)
-    smi.write_text(FAKE_NVIDIA_SMI)
-    smi.chmod(0o755)
-
-
-def _libraries(program: str) -> list[str]:
-    """The shared libraries ``program`` loads (its loader included), as ``ldd`` lists them."""
-    listing = subprocess.run(["ldd", program], capture_output=True, text=True, check=True)
-    return [word for word in listing.stdout.split() if word.startswith("/")]

@@ -1,6 +1,7 @@
 """`make run` end to end: local cluster, CRDs, `gpuctrl manager` keeping the operands converged
-(labels, DaemonSets, a roll after a spec edit, status, metrics), the real toolkit agent on each
-node (its table row, the node's config restored once the policy is deleted), clean Ctrl-C."""
+(labels, DaemonSets, a roll after a spec edit, status, metrics), the real toolkit and validator
+agents on each node behind an Istio-like injector (the table rows, the node's config restored
+once the policy is deleted), clean Ctrl-C."""
 
 from __future__ import annotations
 
@@ -180,12 +181,15 @@ async def _operands_run_then_interrupt(run: Run) -> None:
         # DaemonSets' status.
         await eventually(lambda: _metrics_served(run.metrics), within=30)
         # What happened per node, printed once the policy was ready: the real toolkit agent
-        # added the runtime to each node's containerd config.
+        # added the runtime to each node's containerd config ...
         output = await run.printed("try:\n")
         table = output.split(" is ready:\n", 1)[1].split("\n\n", 1)[0].splitlines()
         assert table[0].split() == ["NODE", "OS", "DRIVER", "TOOLKIT", "VALIDATOR"]
         assert sorted(row.split()[0] for row in table[1:]) == [f"gpu-node-{i}" for i in range(4)]
         assert all("nvidia runtime added" in row for row in table[1:]), table
+        # ... and the real validator agent passed its four checks on each node, the workload
+        # pods opted out of the mesh by the Istio sample PodPolicy.
+        assert all(row.endswith("(cuda, driver, plugin, toolkit passed)") for row in table[1:])
         # The second command to try: delete the policy, cat the node's config: as it was.
         config = Path(output.split("; cat ", 1)[1].split()[0])
         assert "runtimes.nvidia]" in await asyncio.to_thread(config.read_text)

@@ -5,7 +5,7 @@ One cluster for the module: the local control plane (controller-manager, schedul
 for the operands namespace, and four simulated GPU nodes of two OS releases on which every
 gpuctrl container (toolkit and validator agents) runs for real in bubblewrap. Each node's
 folder holds a containerd config for the toolkit and a fake ``nvidia-smi`` for the
-validator's driver and toolkit checks (`e2e_stack.seed_gpu_host`); the CUDA and plugin
+validator's driver and toolkit checks (`gpuctrl.testing.seed_gpu_host`); the CUDA and plugin
 workload pods stay simulated.
 
 The module's setup is the story's: the PodPolicy ``meshes: [istio]``, then the ClusterPolicy.
@@ -44,7 +44,6 @@ from e2e_stack import (
     policy_ready,
     running_manager,
     running_webhook,
-    seed_gpu_host,
 )
 
 from gpuctrl.runtime import ApiError, Client, Gone, Resource
@@ -54,6 +53,7 @@ from gpuctrl.testing import (
     MeshInjector,
     SimulatedKubelet,
     eventually,
+    seed_gpu_host,
     simulated_gpu_nodes,
 )
 
