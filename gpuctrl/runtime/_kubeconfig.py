@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
@@ -35,7 +37,26 @@ async def new_api_client(
                 context=context,
                 client_configuration=configuration,
             )
-    return k8s_client.ApiClient(configuration)
+    if configuration.proxy is None:
+        configuration.proxy = _environment_proxy(configuration.host or "")
+    api = k8s_client.ApiClient(configuration)
+    # kubernetes-asyncio's session trusts the environment, so aiohttp looks up netrc and the
+    # proxy variables on every request, each in a thread: behind a loop kept busy by CPU-bound
+    # reconciles those threads wait for the GIL, and a request took seconds (a Lease renewal
+    # missed its deadline). The proxy is read once above, as client-go reads HTTPS_PROXY and
+    # NO_PROXY; an apiserver needs no netrc.
+    api.rest_client.pool_manager._trust_env = False
+    return api
+
+
+def _environment_proxy(server: str) -> str | None:
+    """The proxy ``$HTTPS_PROXY`` / ``$HTTP_PROXY`` names for ``server`` unless ``$NO_PROXY``
+    exempts its host (Python's reading of them, as aiohttp's ``trust_env`` had it)."""
+    url = urlsplit(server)
+    proxy = urllib.request.getproxies().get(url.scheme or "https")
+    if not proxy or urllib.request.proxy_bypass(url.hostname or ""):
+        return None
+    return proxy
 
 
 def pod_namespace(service_account_file: Path = SERVICE_ACCOUNT_NAMESPACE) -> str | None:

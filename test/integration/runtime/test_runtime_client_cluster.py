@@ -15,8 +15,10 @@ from gpuctrl.runtime import (
     EventRecorder,
     EventSink,
     NotFound,
+    new_api_client,
     retry_on_conflict,
 )
+from gpuctrl.testing import ControlPlane
 
 pytestmark = pytest.mark.controlplane
 
@@ -113,3 +115,31 @@ async def test_watch_yields_the_events_after_a_resource_version(
     assert first["type"] == "ADDED"
     assert first["object"]["metadata"]["name"] == "watched"
     assert first["object"]["data"] == {"k": "v"}
+
+
+async def test_a_request_takes_no_thread(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No request hops to a thread (aiohttp's netrc and proxy lookups did, twice each): behind
+    a loop kept busy by CPU-bound reconciles such a thread waits for the GIL, and a Lease
+    renewal took seconds. The environment's proxy is still honoured, read once."""
+    loop = asyncio.get_running_loop()
+    hops: list[object] = []
+    real = loop.run_in_executor
+
+    def counted(executor: object, func: object, *args: object) -> asyncio.Future[object]:
+        hops.append(func)
+        return real(executor, func, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop, "run_in_executor", counted)
+    async with await new_api_client(control_plane.kubeconfig) as api:
+        for _ in range(3):
+            await Client(api).request("GET", "/version")
+    assert hops == []
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "")
+    async with await new_api_client(control_plane.kubeconfig) as api:
+        assert api.configuration.proxy == "http://proxy.example:3128"
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    async with await new_api_client(control_plane.kubeconfig) as api:
+        assert api.configuration.proxy is None
