@@ -21,7 +21,6 @@ import json
 import os
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -111,6 +110,20 @@ async def run_gpuctrl(job: str, kubeconfig: str, namespace: str, tally: Tally) -
     return result
 
 
+PROBER = """
+import json, sys, time, urllib.request
+url, seconds = sys.argv[1], float(sys.argv[2])
+latencies, end = [], time.monotonic() + seconds
+while time.monotonic() < end:
+    sent = time.monotonic()
+    with urllib.request.urlopen(url, timeout=30) as response:
+        response.read()
+    latencies.append(time.monotonic() - sent)
+    time.sleep(0.05)
+print(json.dumps(latencies))
+"""
+
+
 async def run_busy(kubeconfig: str, namespace: str, count: int) -> dict[str, Any]:
     """``count`` keys that never stop reconciling; probe and Lease timing meanwhile."""
     from gpuctrl import runtime as rt
@@ -152,21 +165,16 @@ async def run_busy(kubeconfig: str, namespace: str, count: int) -> dict[str, Any
     await leading.wait()
     for i in range(count):
         controller.queue.add(rt.Request(namespace, f"busy-{i}"))
-    latencies: list[float] = []
     url = f"http://127.0.0.1:{manager.health_probe_port}/healthz"
-
-    def probe() -> None:
-        end = time.monotonic() + BUSY_SECONDS
-        while time.monotonic() < end:
-            sent = time.monotonic()
-            with urllib.request.urlopen(url, timeout=30) as response:
-                response.read()
-            latencies.append(time.monotonic() - sent)
-            time.sleep(0.05)
-
     renewals.clear()
     started = time.monotonic()
-    await asyncio.to_thread(probe)
+    # Probed from another process, as a kubelet probes: a thread of this one would wait for
+    # the GIL the busy reconciles hold, and measure that instead of the manager's answer.
+    prober = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PROBER, url, str(BUSY_SECONDS), stdout=asyncio.subprocess.PIPE
+    )
+    output, _ = await prober.communicate()
+    latencies: list[float] = json.loads(output)
     gaps = [b - a for a, b in zip([started, *renewals], renewals, strict=False)]
     stop.set()
     await running
