@@ -1,13 +1,14 @@
 """The template engine: Jinja2 templates shipped in ``controllers/render/templates``.
 
 Templates write YAML; every value that comes from data is written with the ``j`` filter (JSON,
-keys sorted), which is valid YAML whatever the value holds, so no input can change the shape
-of an object.
+keys sorted, a character beyond U+FFFF in YAML's ``\\U`` escape), which YAML reads back as the
+same value whatever it holds, so no input can change the shape of an object.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import jinja2
@@ -23,7 +24,26 @@ _ENVIRONMENT = jinja2.Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
-_ENVIRONMENT.filters["j"] = lambda value: json.dumps(value, sort_keys=True)
+# JSON escapes a character beyond U+FFFF as a UTF-16 surrogate pair (\ud800\udc00), which
+# YAML does not read as one character (libyaml refuses it, PyYAML makes two lone surrogates):
+# write YAML's own \U escape for it. Escaped backslashes are matched first, so a literal
+# "\\ud800" in the data is left alone.
+_PAIR = re.compile(r"(\\\\)|\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})")
+
+
+def _yaml_json(value: Any) -> str:
+    """``value`` as JSON (keys sorted) that YAML reads back as ``value``."""
+    return _PAIR.sub(_astral, json.dumps(value, sort_keys=True))
+
+
+def _astral(match: re.Match[str]) -> str:
+    if match.group(1):
+        return match.group(1)
+    high, low = int(match.group(2), 16), int(match.group(3), 16)
+    return f"\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08x}"
+
+
+_ENVIRONMENT.filters["j"] = _yaml_json
 # libyaml's safe loader when PyYAML was built with it: the same documents, ~10x faster to
 # parse (a render is mostly YAML parsing, and the operator renders on every owned-object event).
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
