@@ -2,7 +2,8 @@
 
 Templates write YAML; every value that comes from data is written with the ``j`` filter (JSON,
 keys sorted, a character beyond U+FFFF in YAML's ``\\U`` escape), which YAML reads back as the
-same value whatever it holds, so no input can change the shape of an object.
+same value whatever it holds (mapping keys up to 1,024 characters as written; Kubernetes' keys
+are ASCII and at most 317), so no input can change the shape of an object.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The render's ``j`` filter: whatever a value holds, the YAML it writes reads back as that
-value, with libyaml's loader (the one the render uses) and with PyYAML's own."""
+value, with libyaml's loader (the one the render uses) and with PyYAML's own. Mapping keys are
+Kubernetes' (ASCII, at most 317 characters): YAML's flow-mapping keys end at 1,024."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from hypothesis import strategies as st
 
 from controllers.render._engine import _LOADER, _yaml_json
 
+# Keys as Kubernetes has them (label, annotation and resource names: ASCII, at most 317
+# characters): YAML reads a flow-mapping key of at most 1,024 characters as written.
+_KEYS = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=317)
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=4),
     max_leaves=12,
 )
 
