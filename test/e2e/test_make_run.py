@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import sys
-import tomllib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import aiohttp
 import yaml
+from e2e_stack import containerd_runtimes
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 
@@ -196,10 +196,9 @@ async def _operands_run_then_interrupt(run: Run) -> None:
         await raw.delete(POLICIES, policy["metadata"]["name"])
 
         async def restored() -> None:
-            text = await asyncio.to_thread(config.read_text)
-            assert "nvidia" not in text, text
-            runtimes = tomllib.loads(text)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
-            assert runtimes["runtimes"]["runc"]["options"] == {"SystemdCgroup": True}
+            text = await asyncio.to_thread(config.read_bytes)
+            assert b"nvidia" not in text, text
+            assert containerd_runtimes(text)["runc"]["options"] == {"SystemdCgroup": True}
 
         await eventually(restored, within=60)
     await _interrupt(run.process)
