@@ -11,12 +11,18 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-import aiohttp
 from prometheus_client import Counter, Gauge, Histogram
 
 from ._clock import Clock, SystemClock
 from ._enqueue import Mapper, WatchHandler, request_for_object
-from ._errors import Conflict, QueueShutDown, ServerError, TerminalError, TooManyRequests
+from ._errors import (
+    TRANSIENT_ERRORS,
+    Conflict,
+    QueueShutDown,
+    ServerError,
+    TerminalError,
+    TooManyRequests,
+)
 from ._informer import Informer
 from ._log import LOG_CONTEXT
 from ._metrics import METRICS_REGISTRY
@@ -31,7 +37,7 @@ log = logging.getLogger("gpuctrl.runtime.controller")
 
 # Failures that come from the cluster's state or reachability (a write lost a race, the
 # apiserver is restarting or throttling): logged in one line, without a traceback.
-_TRANSIENT = (Conflict, ServerError, TooManyRequests, OSError, TimeoutError, aiohttp.ClientError)
+_TRANSIENT = (Conflict, ServerError, TooManyRequests, *TRANSIENT_ERRORS)
 
 
 def _describe(error: BaseException) -> str:
