@@ -18,7 +18,6 @@ from api.v1alpha1 import ClusterPolicy, InvalidPolicy, Problem, load_cluster_pol
 from controllers._kinds import (
     CLUSTER_POLICIES,
     CONFIG_MAPS,
-    CONTROLLER_REVISIONS,
     MANAGED_SELECTOR,
     NODES,
     PODS,
@@ -49,7 +48,6 @@ __all__ = [
     "node_state",
     "node_states",
     "owned_objects",
-    "owned_pods",
     "ready_components",
     "state_nodes",
     "to_honoured",
@@ -92,7 +90,7 @@ def _selection(resource: Resource, namespace: str) -> tuple[str | None, dict[str
         return None, {}
     if resource == CONFIG_MAPS:
         return namespace, {}
-    if resource in (PODS, CONTROLLER_REVISIONS):
+    if resource == PODS:
         return namespace, {"label_selector": MANAGED_SELECTOR}
     return None, {"label_selector": MANAGED_SELECTOR}
 
@@ -100,7 +98,7 @@ def _selection(resource: Resource, namespace: str) -> tuple[str | None, dict[str
 def informer(cache: Cache, resource: Resource, namespace: str) -> Informer:
     """The one informer the controllers use for ``resource``: every ClusterPolicy; every Node,
     metadata only, indexed by `node_state`; the operand namespace's ConfigMaps (referenced ones
-    are not gpuctrl's); gpuctrl's Pods and ControllerRevisions there; gpuctrl's objects of any
+    are not gpuctrl's); gpuctrl's Pods there; gpuctrl's objects of any
     other kind, in any namespace (the validator has a Role in ``default``)."""
     where, options = _selection(resource, namespace)
     found = cache.informer(resource, namespace=where, **options)
@@ -112,7 +110,6 @@ def informer(cache: Cache, resource: Resource, namespace: str) -> Informer:
 
 _NODE_STATES = "gpuctrl-node-state"
 _AGES = "gpuctrl-age"
-_OWNERS = "gpuctrl-owner"
 _READY_ON = "gpuctrl-ready-on"
 
 
@@ -180,10 +177,6 @@ def _age(obj: Mapping[str, Any]) -> tuple[bool, str, str]:
     return (created is None, str(created or ""), str(obj["metadata"]["name"]))
 
 
-def _owner_uids(obj: Mapping[str, Any]) -> list[str]:
-    return [str(ref["uid"]) for ref in obj["metadata"].get("ownerReferences") or () if "uid" in ref]
-
-
 def _ready_on(pod: Mapping[str, Any]) -> tuple[str, ...]:
     """``node/component`` for a pod whose Ready condition is True, else nothing."""
     conditions = (pod.get("status") or {}).get("conditions") or ()
@@ -194,19 +187,12 @@ def _ready_on(pod: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 # The indexes `informer` adds, by resource: Nodes by state, ClusterPolicies by `_age`, Pods by
-# owner and by the node and component of those Ready.
+# the node and component of those Ready.
 _INDEXES: dict[Resource, tuple[tuple[str, IndexFunc], ...]] = {
     NODES: ((_NODE_STATES, lambda node: (node_state(node),)),),
     CLUSTER_POLICIES: ((_AGES, lambda policy: (json.dumps(_age(policy)),)),),
-    PODS: ((_OWNERS, _owner_uids), (_READY_ON, _ready_on)),
+    PODS: ((_READY_ON, _ready_on),),
 }
-
-
-def owned_pods(cache: Cache, namespace: str, uid: str) -> list[dict[str, Any]]:
-    """gpuctrl's cached Pods of the owner with ``uid`` (only they are decoded)."""
-    informer(cache, PODS, namespace)  # with its indexes
-    where, options = _selection(PODS, namespace)
-    return cache.list(PODS, where, index=(_OWNERS, uid), **options)
 
 
 def ready_components(cache: Cache, namespace: str) -> dict[str, set[str]]:

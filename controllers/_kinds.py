@@ -9,7 +9,6 @@ __all__ = [
     "CLUSTER_ROLES",
     "CLUSTER_ROLE_BINDINGS",
     "CONFIG_MAPS",
-    "CONTROLLER_REVISIONS",
     "DAEMON_SETS",
     "MANAGED_SELECTOR",
     "NAMESPACES",
@@ -29,7 +28,6 @@ CONFIG_MAPS = Resource("v1", "ConfigMap", "configmaps")
 PODS = Resource("v1", "Pod", "pods")
 SERVICE_ACCOUNTS = Resource("v1", "ServiceAccount", "serviceaccounts")
 DAEMON_SETS = Resource("apps/v1", "DaemonSet", "daemonsets")
-CONTROLLER_REVISIONS = Resource("apps/v1", "ControllerRevision", "controllerrevisions")
 ROLES = Resource("rbac.authorization.k8s.io/v1", "Role", "roles")
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False)

@@ -5,9 +5,10 @@ A reconcile reads the honoured ClusterPolicy and the facts from the cache, rende
 component, applies (server-side, as ``gpuctrl-<component>``, the policy as controller owner)
 each object whose render or managed fields differ from the cache, deletes the component's
 objects no longer rendered, and writes the component's condition. Any event of the policy, a
-Node's labels, a ConfigMap of the operand namespace, or the component's own objects, pods and
-ControllerRevisions triggers it; nothing polls. A policy that does not validate, or a render
-that fails (a missing ConfigMap), leaves every object as it is: the last good state runs on.
+Node's labels, a ConfigMap of the operand namespace, or the component's own objects triggers it
+(a DaemonSet's status carries its pods' readiness); nothing polls. A policy that does not
+validate, or a render that fails (a missing ConfigMap), leaves every object as it is: the last
+good state runs on.
 """
 
 from __future__ import annotations
@@ -23,23 +24,19 @@ from controllers._apply import needs_apply, with_hash
 from controllers._cluster import (
     Policy,
     cached,
-    cached_list,
     cluster_facts,
     honoured,
     informer,
     node_role_changed,
     owned_objects,
-    owned_pods,
     to_honoured,
 )
 from controllers._kinds import (
     CLUSTER_POLICIES,
     CONFIG_MAPS,
-    CONTROLLER_REVISIONS,
     DAEMON_SETS,
     NODES,
     OWNED,
-    PODS,
 )
 from controllers._readiness import DaemonSetReadiness, daemonset_readiness, summary
 from controllers._status import PolicyStatus, condition
@@ -111,7 +108,7 @@ def setup_operand(
     controller.watch(informer(cache, CLUSTER_POLICIES, namespace), policy, (generation_changed,))
     controller.watch(informer(cache, NODES, namespace), policy, (node_role_changed,))
     controller.watch(informer(cache, CONFIG_MAPS, namespace), policy, (resource_version_changed,))
-    for resource in (*OWNED.values(), PODS, CONTROLLER_REVISIONS):
+    for resource in OWNED.values():
         if resource != CONFIG_MAPS:
             watched = informer(cache, resource, namespace)
             controller.watch(watched, policy, (resource_version_changed, ours))
@@ -220,9 +217,7 @@ class _OperandReconciler:
         current = cached(self._cache, DAEMON_SETS, self._namespace, name, self._namespace)
         if current is None:  # just created: the cache has not seen it yet
             return label, DaemonSetReadiness(name, 0, 0, False)
-        pods = owned_pods(self._cache, self._namespace, current["metadata"].get("uid", ""))
-        revisions = cached_list(self._cache, CONTROLLER_REVISIONS, self._namespace)
-        return label, daemonset_readiness(current, pods, revisions)
+        return label, daemonset_readiness(current)
 
     async def _condition(self, policy: Policy, ok: bool, reason: str, message: str) -> None:
         generation = policy.obj["metadata"].get("generation")

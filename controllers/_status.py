@@ -2,7 +2,8 @@
 the state; a Warning Event whenever a condition turns False.
 
 Writes go through `gpuctrl.runtime.StatusWriter` (nothing is sent when the status already
-says so; conflicts are retried on a fresh read), so a converged cluster sees no status writes.
+says so; each controller's write replaces only its own condition, so the seven writers of one
+policy do not conflict), so a converged cluster sees no status writes.
 Events are handed to the manager's recorder, which sends them in the background.
 """
 
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from controllers._kinds import CLUSTER_POLICIES
-from gpuctrl.runtime import EventRecorder, NotFound, StatusWriter, set_condition
+from gpuctrl.runtime import EventRecorder, NotFound, StatusWriter
 
 __all__ = ["PolicyStatus", "condition"]
 
@@ -52,23 +53,9 @@ class PolicyStatus:
         request when they are already there; whether it wrote. A policy deleted meanwhile is
         no error. ``quiet``: no Event for a condition turning False (the caller records its
         own)."""
-
-        def mutate(status: dict[str, Any]) -> None:
-            status.update(fields or {})
-            entries = status.setdefault("conditions", [])
-            for entry in conditions:
-                set_condition(
-                    entries,
-                    type=entry["type"],
-                    status=entry["status"],
-                    reason=entry["reason"],
-                    message=entry["message"],
-                    observed_generation=entry.get("observedGeneration"),
-                )
-
         before = _by_type(policy)
         try:
-            stored = await self._writer.update(CLUSTER_POLICIES, policy, mutate)
+            stored = await self._writer.write(CLUSTER_POLICIES, policy, conditions, fields)
         except NotFound:
             return False
         if stored is None:

@@ -15,7 +15,15 @@ answer in ``rest_client_requests_total{code,host,method}``.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
 from typing import Any, Literal, TypeVar
@@ -44,6 +52,7 @@ _METADATA_ONLY_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;
 _JSON = "application/json"
 _APPLY_PATCH = "application/apply-patch+yaml"
 _MERGE_PATCH = "application/merge-patch+json"
+_JSON_PATCH = "application/json-patch+json"
 _PAGE_SIZE = 500
 _RETRY_AFTER_CAP = 60.0  # seconds: a longer Retry-After is waited out in steps of this
 
@@ -224,10 +233,6 @@ class Client:
         path = resource.path(_namespace(obj), obj["metadata"]["name"], sub)
         return await self.request("PUT", path, body=obj)
 
-    async def update_status(self, resource: Resource, obj: Mapping[str, Any]) -> Any:
-        """Write ``obj["status"]`` through the status subresource (a compare-and-swap)."""
-        return await self.replace(resource, obj, sub="status")
-
     async def merge_patch(
         self,
         resource: Resource,
@@ -240,6 +245,20 @@ class Client:
         """Apply a JSON merge patch (RFC 7386) to one object or its subresource."""
         path = resource.path(namespace, name, sub)
         return await self.request("PATCH", path, body=patch, content_type=_MERGE_PATCH)
+
+    async def json_patch(
+        self,
+        resource: Resource,
+        name: str,
+        operations: Sequence[Mapping[str, Any]],
+        namespace: str | None = None,
+        *,
+        sub: str = "",
+    ) -> Any:
+        """Apply a JSON patch (RFC 6902) to one object or its subresource; a failed ``test``
+        operation is refused with `Invalid` (422) and changes nothing."""
+        path = resource.path(namespace, name, sub)
+        return await self.request("PATCH", path, body=list(operations), content_type=_JSON_PATCH)
 
     async def apply(
         self,

@@ -1,23 +1,30 @@
-"""Status: conditions that keep their transition time, and writes of ``/status`` only on change.
+"""Status: conditions that keep their transition time, written so that writers of different
+conditions never conflict.
 
 `set_condition` edits a ``status.conditions`` list as ``meta.SetStatusCondition`` does:
-``lastTransitionTime`` moves only when the condition's status changes. `StatusWriter.update`
-reads-modifies-writes the status subresource (a PUT with the resourceVersion read: a compare-
-and-swap), skipping the write when nothing changed and reading afresh after a `Conflict`.
-A PUT rather than server-side apply: an API server of 1.20 cannot apply single list-map
-entries (one condition) on ``/status`` without taking over the whole list.
+``lastTransitionTime`` moves only when the condition's status changes. `StatusWriter.write`
+puts conditions and top-level fields on the status subresource with a JSON patch (RFC 6902)
+that replaces only its own entries, each guarded by a ``test`` of the entry's ``type`` at its
+index, so several controllers each owning one condition of one object do not invalidate each
+other's writes as a read-modify-write PUT does (under churn, one of seven such writers kept
+losing the compare-and-swap for seconds). Only adding an entry, or the first status, is a
+compare-and-swap on the resourceVersion. Server-side apply would be the declarative way, but
+an API server of 1.20 cannot apply single list-map entries (one condition) on ``/status``
+without taking over the whole list, and it accepts duplicate list-map keys, which the guard
+above rules out.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from ._client import Client, retry_on_conflict
-from ._clock import Clock
-from ._errors import Conflict
+from ._client import Client
+from ._clock import Clock, SystemClock
+from ._errors import Invalid
+from ._jitter import jittered
 from ._objects import thaw
 from ._resources import Resource
 
@@ -60,44 +67,144 @@ def set_condition(
 
 
 class StatusWriter:
-    """Writes the status subresource only when it changes, retrying conflicts (at most
-    ``attempts`` tries, waiting on ``clock``)."""
+    """Writes status conditions and fields only when they change, retrying (at most
+    ``attempts`` tries, waiting on ``clock``) when the object changed under a write.
+
+    It remembers what it last wrote of each object (by uid): an object read from a cache that
+    has not yet seen that write is read afresh before a write is skipped or computed, so a
+    value is never left unwritten because a stale copy already showed it."""
 
     def __init__(self, client: Client, *, attempts: int = 5, clock: Clock | None = None) -> None:
         self._client = client
         self._attempts = attempts
         self._clock = clock
+        self._written: dict[str, dict[str, Any]] = {}
 
-    async def update(
+    async def write(
         self,
         resource: Resource,
         obj: Mapping[str, Any],
-        mutate: Callable[[dict[str, Any]], object],
+        conditions: Iterable[Mapping[str, Any]] = (),
+        fields: Mapping[str, Any] | None = None,
+        *,
+        now: datetime | None = None,
     ) -> dict[str, Any] | None:
-        """Apply ``mutate(status)`` (it edits the status dict in place) to ``obj`` (e.g. as read
-        from the cache) and write it if it changed; on `Conflict` read the object from the API
-        server and apply ``mutate`` again. Returns the written object, or None when ``mutate``
-        changed nothing. `NotFound` propagates (the object is gone)."""
+        """Set ``conditions`` (entries with ``type``, ``status``, ``reason``, ``message`` and
+        optionally ``observedGeneration``, as `set_condition` takes them) and the top-level
+        status ``fields`` on ``obj`` (e.g. as read from the cache), sending only what differs.
+        Returns the written object, or None when nothing differed. `NotFound` propagates (the
+        object is gone); a write the server refuses for the object as read afresh (`Invalid`)
+        propagates too."""
+        wanted = [dict(c) for c in conditions]
+        values = dict(fields or {})
         current: dict[str, Any] = thaw(obj)
         meta = current["metadata"]
-
-        async def attempt() -> dict[str, Any] | None:
-            nonlocal current
-            before = current.get("status") or {}
-            status = copy.deepcopy(before)
-            mutate(status)
-            if status == before:
+        uid = str(meta.get("uid", ""))
+        if not self._agrees(uid, current):
+            current = await self._fresh(resource, current)
+        sleeper: Clock = self._clock if self._clock is not None else SystemClock()
+        for step in range(self._attempts):
+            ops = _patch(current, wanted, values, now)
+            if not ops:
                 return None
             try:
-                written: dict[str, Any] = await self._client.update_status(
-                    resource, {**current, "status": status}
+                written: dict[str, Any] = await self._client.json_patch(
+                    resource, meta["name"], ops, meta.get("namespace"), sub="status"
                 )
-            except Conflict:  # read afresh for the next attempt
-                current = await self._client.get(resource, meta["name"], meta.get("namespace"))
-                raise
+            except Invalid:
+                fresh = await self._fresh(resource, current)
+                if _patch(fresh, wanted, values, now) == ops or step == self._attempts - 1:
+                    raise  # refused as it stands, not because the object moved
+                current = fresh
+                await sleeper.sleep(jittered(min(0.01 * 2**step, 1.0)))
+                continue
+            self._remember(uid, written, wanted, values)
             return written
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
-        return await retry_on_conflict(attempt, attempts=self._attempts, clock=self._clock)
+    def _agrees(self, uid: str, obj: Mapping[str, Any]) -> bool:
+        written = self._written.get(uid)
+        if not written:
+            return True
+        status = obj.get("status") or {}
+        entries = {c.get("type"): c for c in status.get("conditions") or ()}
+        return all(
+            (entries.get(key[1:]) if key.startswith("@") else status.get(key)) == value
+            for key, value in written.items()
+        )
+
+    def _remember(
+        self,
+        uid: str,
+        written: Mapping[str, Any],
+        wanted: list[dict[str, Any]],
+        values: Mapping[str, Any],
+    ) -> None:
+        status = written.get("status") or {}
+        entries = {c.get("type"): c for c in status.get("conditions") or ()}
+        memory = self._written.setdefault(uid, {})
+        for entry in wanted:
+            memory["@" + entry["type"]] = entries.get(entry["type"])
+        for key in values:
+            memory[key] = status.get(key)
+
+    async def _fresh(self, resource: Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        found: dict[str, Any] = await self._client.get(
+            resource, meta["name"], meta.get("namespace")
+        )
+        return found
+
+
+def _patch(
+    obj: Mapping[str, Any],
+    wanted: list[dict[str, Any]],
+    values: Mapping[str, Any],
+    now: datetime | None,
+) -> list[dict[str, Any]]:
+    """The JSON patch that takes ``obj``'s status to ``wanted`` conditions and ``values``;
+    empty when it already says so."""
+    status: dict[str, Any] = copy.deepcopy(obj.get("status") or {})
+    entries: list[dict[str, Any]] = status.setdefault("conditions", [])
+    known = len(entries)
+    changed = [i for i, entry in enumerate(wanted) if _set(entries, entry, now)]
+    fields = {k: v for k, v in values.items() if status.get(k) != v}
+    status.update(fields)
+    if not changed and not fields:
+        return []
+    if len(entries) > known or "conditions" not in (obj.get("status") or {}):
+        # A new entry (or the first status): compare-and-swap the whole status.
+        rv = obj["metadata"].get("resourceVersion", "")
+        return [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+            {"op": "add", "path": "/status", "value": status},
+        ]
+    ops: list[dict[str, Any]] = []
+    for key, value in fields.items():
+        ops.append({"op": "add", "path": f"/status/{_pointer(key)}", "value": value})
+    for i in changed:
+        index = next(n for n, e in enumerate(entries) if e.get("type") == wanted[i]["type"])
+        where = f"/status/conditions/{index}"
+        ops.append({"op": "test", "path": f"{where}/type", "value": wanted[i]["type"]})
+        ops.append({"op": "replace", "path": where, "value": entries[index]})
+    return ops
+
+
+def _set(entries: list[dict[str, Any]], entry: Mapping[str, Any], now: datetime | None) -> bool:
+    return set_condition(
+        entries,
+        type=entry["type"],
+        status=entry["status"],
+        reason=entry["reason"],
+        message=entry.get("message", ""),
+        observed_generation=entry.get("observedGeneration"),
+        now=now,
+    )
+
+
+def _pointer(key: str) -> str:
+    """``key`` as one JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _stamp(now: datetime | None) -> str:

@@ -14,12 +14,12 @@ from gpuctrl.runtime import (
     METRICS_REGISTRY,
     Client,
     Conflict,
+    Invalid,
     LeaderElection,
     Manager,
     Request,
     Resource,
     StatusWriter,
-    set_condition,
 )
 from gpuctrl.testing import ControlPlane, eventually
 
@@ -57,7 +57,17 @@ async def test_delete_with_a_uid_precondition_spares_a_recreated_object(
     assert requests >= 1
 
 
-async def test_status_writer_writes_only_on_change_and_retries_conflicts(
+def _condition(type: str, ok: bool, reason: str = "Ok") -> dict[str, Any]:
+    return {"type": type, "status": "True" if ok else "False", "reason": reason, "message": type}
+
+
+def _conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    found = (obj.get("status") or {}).get("conditions") or []
+    assert len(found) == len({c["type"] for c in found}), found  # no type twice
+    return {c["type"]: (c["status"], c["reason"]) for c in found}
+
+
+async def test_status_writer_writes_only_on_change_and_never_loses_a_write(
     client: Client, namespace: str, widget_crd: Resource
 ) -> None:
     widget = {
@@ -67,25 +77,61 @@ async def test_status_writer_writes_only_on_change_and_retries_conflicts(
         "spec": {},
     }
     created = await client.create(widget_crd, widget)
-    writer = StatusWriter(client)
+    labeller, driver = StatusWriter(client), StatusWriter(client)  # two controllers
 
-    def ready(status: dict[str, Any]) -> None:
-        set_condition(status.setdefault("conditions", []), type="Ready", status=True, reason="Ok")
-
-    written = await writer.update(widget_crd, created, ready)
+    written = await labeller.write(widget_crd, created, [_condition("Labelled", True)])
     assert written is not None
-    assert written["status"]["conditions"][0]["status"] == "True"
-    assert await writer.update(widget_crd, written, ready) is None  # unchanged: no write
-    await client.merge_patch(widget_crd, "w", {"metadata": {"labels": {"x": "y"}}}, namespace)
-    stale = dict(written)  # its resourceVersion is now old: the first PUT conflicts
+    assert _conditions(written) == {"Labelled": ("True", "Ok")}
+    assert await labeller.write(widget_crd, written, [_condition("Labelled", True)]) is None
 
-    def not_ready(status: dict[str, Any]) -> None:
-        set_condition(status["conditions"], type="Ready", status=False, reason="Broken")
+    # Each writes from a copy that predates the other's writes: no write is lost.
+    stale = written
+    written = await driver.write(widget_crd, stale, [_condition("Driver", False, "Waiting")])
+    assert written is not None
+    written = await labeller.write(widget_crd, stale, [_condition("Labelled", False, "Gone")])
+    assert written is not None
+    written = await driver.write(widget_crd, stale, [_condition("Driver", True)], {"state": "up"})
+    assert written is not None
+    assert _conditions(written) == {"Labelled": ("False", "Gone"), "Driver": ("True", "Ok")}
+    assert written["status"]["state"] == "up"
 
-    rewritten = await writer.update(widget_crd, stale, not_ready)
-    assert rewritten is not None
-    assert rewritten["status"]["conditions"][0]["reason"] == "Broken"
-    assert rewritten["metadata"]["labels"] == {"x": "y"}
+    # A copy that shows the wanted value but predates this writer's later write is not
+    # trusted: it is read afresh, and the value written.
+    shows_waiting = {**stale, "status": {"conditions": [_condition("Driver", False, "Waiting")]}}
+    shows_waiting["status"]["conditions"][0]["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    back = await driver.write(widget_crd, shows_waiting, [_condition("Driver", False, "Waiting")])
+    assert back is not None
+    stored = await client.get(widget_crd, "w", namespace)
+    assert _conditions(stored)["Driver"] == ("False", "Waiting")
+
+    # Someone reorders the list: the guarded entry is found again at its new place.
+    reordered = list(reversed(stored["status"]["conditions"]))
+    await client.merge_patch(
+        widget_crd, "w", {"status": {"conditions": reordered}}, namespace, sub="status"
+    )
+    written = await labeller.write(widget_crd, stored, [_condition("Labelled", True)])
+    assert written is not None
+    assert _conditions(written) == {"Labelled": ("True", "Ok"), "Driver": ("False", "Waiting")}
+
+
+async def test_status_writer_refusal_as_it_stands_propagates(
+    client: Client, namespace: str
+) -> None:
+    deployments = Resource("apps/v1", "Deployment", "deployments")
+    pod = {"containers": [{"name": "c", "image": "x"}]}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "refused", "namespace": namespace},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": pod},
+        },
+    }
+    created = await client.create(deployments, deployment)
+    with pytest.raises(Invalid, match="replicas"):
+        await StatusWriter(client).write(deployments, created, fields={"replicas": -1})
 
 
 async def test_a_resource_declared_with_the_wrong_scope_is_refused(

@@ -243,7 +243,7 @@ async def test_status_only_updates_do_not_reconcile(
         await eventually(lambda: seen == [1])
         current = await client.get(widget_crd, "w", namespace)
         current["status"] = {"ready": True}
-        written = await client.update_status(widget_crd, current)
+        written = await client.replace(widget_crd, current, sub="status")
         assert written["status"] == {"ready": True}
         status = {"apiVersion": widget_crd.api_version, "kind": "Widget"}
         status |= {"metadata": {"name": "w", "namespace": namespace}, "status": {"phase": "x"}}

@@ -17,7 +17,6 @@ from controllers._cluster import (
     informer,
     node_role_changed,
     node_states,
-    owned_pods,
     ready_components,
     to_honoured,
 )
@@ -165,7 +164,7 @@ async def test_the_oldest_policy_is_honoured_and_mapped_to(cache: Cache) -> None
     assert list(mapper({})) == [Request("", "undated")]
 
 
-def pod(name: str, node: str, component: str, ready: str, owner: str, rv: str = "1") -> Any:
+def pod(name: str, node: str, component: str, ready: str, rv: str = "1") -> Any:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -174,29 +173,23 @@ def pod(name: str, node: str, component: str, ready: str, owner: str, rv: str = 
             "namespace": "gpuctrl",
             "resourceVersion": rv,
             "labels": {"app.kubernetes.io/component": component},
-            "ownerReferences": [{"uid": owner, "controller": True}],
         },
         "spec": {"nodeName": node},
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": ready}]},
     }
 
 
-async def test_pods_are_found_by_owner_and_readiness_without_decoding_all(cache: Cache) -> None:
+async def test_ready_pods_are_found_by_node_and_component_without_decoding(cache: Cache) -> None:
     pods = informer(cache, PODS, "gpuctrl")
     pods.replace(
         [
-            pod("d-a", "a", "driver", "True", "ds-driver"),
-            pod("d-b", "b", "driver", "False", "ds-driver"),
-            pod("t-a", "a", "toolkit", "True", "ds-toolkit"),
-            pod("t-b", "b", "toolkit", "True", "ds-toolkit"),
+            pod("d-a", "a", "driver", "True"),
+            pod("d-b", "b", "driver", "False"),
+            pod("t-a", "a", "toolkit", "True"),
+            pod("t-b", "b", "toolkit", "True"),
         ]
     )
-    assert sorted(p["metadata"]["name"] for p in owned_pods(cache, "gpuctrl", "ds-driver")) == [
-        "d-a",
-        "d-b",
-    ]
-    assert owned_pods(cache, "gpuctrl", "gone") == []
     assert ready_components(cache, "gpuctrl") == {"a": {"driver", "toolkit"}, "b": {"toolkit"}}
-    pods.apply("MODIFIED", pod("d-b", "b", "driver", "True", "ds-driver", "2"))
-    pods.apply("DELETED", pod("t-a", "a", "toolkit", "True", "ds-toolkit", "2"))
+    pods.apply("MODIFIED", pod("d-b", "b", "driver", "True", "2"))
+    pods.apply("DELETED", pod("t-a", "a", "toolkit", "True", "2"))
     assert ready_components(cache, "gpuctrl") == {"a": {"driver"}, "b": {"driver", "toolkit"}}

@@ -146,64 +146,33 @@ def _ds(strategy: str, status: dict[str, int], generation: int = 2) -> dict[str,
     }
 
 
-def _pod(revision: str, phase: str = "Running", ready: str = "True", node: str = "n") -> dict:
-    return {
-        "metadata": {
-            "ownerReferences": [{"uid": "u"}],
-            "labels": {
-                "controller-revision-hash": revision,
-                "app.kubernetes.io/component": "driver",
-            },
-        },
-        "spec": {"nodeName": node},
-        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": ready}]},
-    }
-
-
-REVISIONS = [
-    {
-        "metadata": {"ownerReferences": [{"uid": "u"}], "labels": {"controller-revision-hash": h}},
-        "revision": r,
-    }
-    for h, r in (("old", 1), ("new", 2))
-]
 FULL = {"desiredNumberScheduled": 2, "updatedNumberScheduled": 2, "numberAvailable": 2}
 
 
+@pytest.mark.parametrize("strategy", ["RollingUpdate", "OnDelete"])
 @pytest.mark.parametrize(
-    ("ds", "pods", "ready", "done"),
+    ("status", "generation", "ready", "done"),
     [
-        pytest.param(_ds("RollingUpdate", {}), [], 0, True, id="nothing-desired"),
-        pytest.param(_ds("RollingUpdate", FULL), [], 2, True, id="rolling-ready"),
-        pytest.param(_ds("RollingUpdate", FULL, generation=1), [], 0, False, id="not-observed"),
-        pytest.param(
-            _ds("RollingUpdate", {**FULL, "numberAvailable": 1}), [], 1, False, id="rolling"
-        ),
-        pytest.param(
-            _ds("OnDelete", FULL), [_pod("new"), _pod("new")], 2, True, id="ondelete-newest"
-        ),
-        pytest.param(
-            _ds("OnDelete", FULL), [_pod("new"), _pod("old")], 1, False, id="ondelete-stale"
-        ),
-        pytest.param(
-            _ds("OnDelete", FULL),
-            [_pod("new"), _pod("new", ready="False")],
-            1,
-            False,
-            id="ondelete-unready",
-        ),
+        pytest.param({}, 2, 0, True, id="nothing-desired"),
+        pytest.param({}, 1, 0, False, id="nothing-desired-not-observed"),
+        pytest.param(FULL, 2, 2, True, id="every-node-updated-and-available"),
+        pytest.param(FULL, 1, 0, False, id="status-not-observed"),
+        pytest.param({**FULL, "numberAvailable": 1}, 2, 1, False, id="one-unavailable"),
+        # OnDelete after a template change: the pods run on, none on the newest revision.
+        pytest.param({**FULL, "updatedNumberScheduled": 0}, 2, 0, False, id="none-updated"),
+        pytest.param({**FULL, "updatedNumberScheduled": 1}, 2, 1, False, id="one-updated"),
     ],
 )
 def test_daemonset_readiness(
-    ds: dict[str, Any], pods: list[dict[str, Any]], ready: int, done: bool
+    strategy: str, status: dict[str, int], generation: int, ready: int, done: bool
 ) -> None:
-    verdict = daemonset_readiness(ds, pods, REVISIONS)
+    verdict = daemonset_readiness(_ds(strategy, status, generation))
     assert (verdict.ready, verdict.done) == (ready, done)
 
 
 def test_summary_breaks_down_several_daemonsets() -> None:
-    a = daemonset_readiness(_ds("RollingUpdate", FULL), [], [])
-    b = daemonset_readiness(_ds("RollingUpdate", {**FULL, "numberAvailable": 1}), [], [])
+    a = daemonset_readiness(_ds("RollingUpdate", FULL))
+    b = daemonset_readiness(_ds("RollingUpdate", {**FULL, "numberAvailable": 1}))
     assert summary("driver", [("ubuntu22.04", a), ("rhel9.4", b)]) == (
         "driver: 3/4 nodes ready (ubuntu22.04 2/2, rhel9.4 1/2)"
     )
