@@ -65,8 +65,10 @@ class PodProcesses:
 
     @property
     def alive(self) -> bool:
-        """Whether a process still runs or an event waits to be applied."""
-        return any(p.running for _, p in self._running.values()) or not self.events.empty()
+        """Whether an event is still to come or waits to be applied: a process runs, or has
+        exited and its watcher has not yet queued the event (the return code is set a loop
+        iteration before that; judged by the return code alone, a quick exit was missed)."""
+        return any(not task.done() for task in self._tasks) or not self.events.empty()
 
     def log_file(self, container: str, run: int) -> Path:
         """Where the output of run `run` of `container` goes."""

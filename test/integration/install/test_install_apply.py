@@ -111,7 +111,7 @@ async def check_privileges(plane: ControlPlane) -> None:
     # What each account must and must not do, as the apiserver's RBAC authorizer answers.
     allowed = [
         ("gpuctrl-manager", "patch", "nodes"),
-        ("gpuctrl-manager", "update", "clusterpolicies.gpuctrl.io", "--subresource=status"),
+        ("gpuctrl-manager", "patch", "clusterpolicies.gpuctrl.io", "--subresource=status"),
         ("gpuctrl-manager", "create", "daemonsets.apps", f"-n={NAMESPACE}"),
         (
             "gpuctrl-manager",
@@ -126,6 +126,8 @@ async def check_privileges(plane: ControlPlane) -> None:
     ]
     denied = [
         ("gpuctrl-manager", "get", "secrets", f"-n={NAMESPACE}"),
+        ("gpuctrl-manager", "update", "clusterpolicies.gpuctrl.io", "--subresource=status"),
+        ("gpuctrl-manager", "list", "controllerrevisions.apps", f"-n={NAMESPACE}"),
         ("gpuctrl-manager", "create", "daemonsets.apps", "-n=default"),
         ("gpuctrl-manager", "update", "leases.coordination.k8s.io/other", f"-n={NAMESPACE}"),
         ("gpuctrl-manager", "delete", "nodes"),
