@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from ._client import Client
 from ._clock import Clock, SystemClock
-from ._errors import Invalid
+from ._errors import Invalid, NotFound
 from ._jitter import jittered
 from ._objects import thaw
 from ._resources import Resource
@@ -100,7 +100,8 @@ class StatusWriter:
         current: dict[str, Any] = thaw(obj)
         meta = current["metadata"]
         uid = str(meta.get("uid", ""))
-        if not self._agrees(uid, current):
+        keys = ["@" + entry["type"] for entry in wanted] + list(values)
+        if not self._agrees(uid, current, keys):
             current = await self._fresh(resource, current)
         sleeper: Clock = self._clock if self._clock is not None else SystemClock()
         for step in range(self._attempts):
@@ -111,6 +112,9 @@ class StatusWriter:
                 written: dict[str, Any] = await self._client.json_patch(
                     resource, meta["name"], ops, meta.get("namespace"), sub="status"
                 )
+            except NotFound:
+                self._written.pop(uid, None)
+                raise
             except Invalid:
                 fresh = await self._fresh(resource, current)
                 if _patch(fresh, wanted, values, now) == ops or step == self._attempts - 1:
@@ -122,15 +126,16 @@ class StatusWriter:
             return written
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _agrees(self, uid: str, obj: Mapping[str, Any]) -> bool:
-        written = self._written.get(uid)
-        if not written:
-            return True
+    def _agrees(self, uid: str, obj: Mapping[str, Any], keys: Iterable[str]) -> bool:
+        """Whether ``obj`` shows what this writer last wrote of ``keys`` (``@Type`` for a
+        condition, else a field); the writes of other keys need not have reached it."""
+        written = self._written.get(uid, {})
         status = obj.get("status") or {}
         entries = {c.get("type"): c for c in status.get("conditions") or ()}
         return all(
-            (entries.get(key[1:]) if key.startswith("@") else status.get(key)) == value
-            for key, value in written.items()
+            (entries.get(key[1:]) if key.startswith("@") else status.get(key)) == written[key]
+            for key in keys
+            if key in written
         )
 
     def _remember(
@@ -164,16 +169,21 @@ def _patch(
 ) -> list[dict[str, Any]]:
     """The JSON patch that takes ``obj``'s status to ``wanted`` conditions and ``values``;
     empty when it already says so."""
-    status: dict[str, Any] = copy.deepcopy(obj.get("status") or {})
-    entries: list[dict[str, Any]] = status.setdefault("conditions", [])
+    before = obj.get("status")
+    status: dict[str, Any] = copy.deepcopy(before or {})
+    entries: list[dict[str, Any]] = status.setdefault("conditions", []) if wanted else []
     known = len(entries)
     changed = [i for i, entry in enumerate(wanted) if _set(entries, entry, now)]
     fields = {k: v for k, v in values.items() if status.get(k) != v}
     status.update(fields)
     if not changed and not fields:
         return []
-    if len(entries) > known or "conditions" not in (obj.get("status") or {}):
-        # A new entry (or the first status): compare-and-swap the whole status.
+    if (
+        not isinstance(before, dict)
+        or len(entries) > known
+        or (wanted and "conditions" not in before)
+    ):
+        # A new entry, or no status or list yet: compare-and-swap the whole status.
         rv = obj["metadata"].get("resourceVersion", "")
         return [
             {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
