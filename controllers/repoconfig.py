@@ -80,7 +80,7 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
         change = next_certificate_change(policy.model, facts, now=now)
         if change is None:
             return None
-        # A second late: the verdict has changed by then (the boundary itself is exclusive).
+        # A second late: timers are not exact, and the verdict has changed by then.
         return Result(requeue_after=min((change - now).total_seconds() + 1, _LONGEST_WAIT))
 
     controller = Controller("repo-config", reconcile, clock=cache.clock)

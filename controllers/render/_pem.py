@@ -47,13 +47,17 @@ def certificate_findings(text: str, now: datetime) -> list[Finding]:
 
 
 def next_verdict_change(text: str, now: datetime) -> datetime | None:
-    """The first moment after ``now`` when `certificate_findings` of ``text`` would say
-    something else: a certificate becoming valid, entering its last `EXPIRY_WARNING`, or
-    expiring; None when none of its certificates changes any more."""
+    """The first moment after ``now`` (to the microsecond) from which `certificate_findings`
+    of ``text`` may say something else: a certificate becoming valid, entering its last
+    `EXPIRY_WARNING`, or expiring; None when none of its certificates changes any more. Until
+    then the findings stay what they are at ``now``, even when ``now`` is itself a boundary."""
+    # Valid from notBefore to notAfter inclusive (RFC 5280): the verdict turns at notBefore
+    # itself, and a microsecond past the start of the warning and past notAfter.
+    tick = timedelta(microseconds=1)
     moments = []
     for pem in _certificates(text):
         after, before = pem.not_valid_after_utc, pem.not_valid_before_utc
-        moments += [m for m in (before, after - EXPIRY_WARNING, after) if m > now]
+        moments += [m for m in (before, after - EXPIRY_WARNING + tick, after + tick) if m > now]
     return min(moments, default=None)
 
 

@@ -7,7 +7,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from api.v1alpha1 import load_cluster_policy
@@ -184,7 +184,9 @@ def test_the_next_change_is_the_first_certificate_boundary_after_now() -> None:
     later = _pem("Later CA", NOW + timedelta(days=2), NOW + timedelta(days=400))
     data = {"a.crt": GOOD, "b.crt": later + GOOD}
     assert _next_change(data) == NOW + timedelta(days=2)  # b's second CA becomes valid
-    assert _next_change({"a.crt": GOOD}) == NOW + timedelta(days=365 - 30)  # its last 30 days
+    last_month = NOW + timedelta(days=365 - 30)  # GOOD warns from just after this
+    assert _next_change({"a.crt": GOOD}) == last_month + timedelta(microseconds=1)
+    assert _next_change({"a.crt": GOOD}, last_month) == last_month + timedelta(microseconds=1)
     expired = _pem("Old CA", NOW - timedelta(days=9), NOW - timedelta(days=1))
     assert _next_change({"a.crt": expired}) is None  # nothing changes any more
     assert _next_change({"a.crt": "not a certificate"}) is None
@@ -202,6 +204,7 @@ def test_the_next_change_is_the_first_certificate_boundary_after_now() -> None:
     ),
     st.floats(0.01, 0.99),
 )
+@example([(NOW, NOW + timedelta(days=30))], 0.5)  # NOW is the warning's boundary
 def test_the_verdict_holds_between_changes_and_none_is_missed(
     windows: list[tuple[datetime, datetime]], fraction: float
 ) -> None:
@@ -215,6 +218,6 @@ def test_the_verdict_holds_between_changes_and_none_is_missed(
         following = _next_change(data, moment)
         assert following is None or following > moment
         until = following or moment + timedelta(days=3650)
-        assert _check(data, moment + (until - moment) * fraction) == _check(data, moment)
-        # The controller looks again a second after the boundary (boundaries are exclusive).
-        moment = following + timedelta(seconds=1) if following else None
+        between = min(moment + (until - moment) * fraction, until - timedelta(microseconds=1))
+        assert _check(data, between) == _check(data, moment)
+        moment = following  # the walk starts on boundaries (NOW itself may be one)
