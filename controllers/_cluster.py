@@ -21,9 +21,11 @@ from controllers._kinds import (
     MANAGED_SELECTOR,
     NODES,
     PODS,
+    ROLE_BINDINGS,
+    ROLES,
 )
 from controllers._labels import READ_LABELS
-from controllers.render import ClusterFacts
+from controllers.render import NODE_EVENTS_NAMESPACE, ClusterFacts
 from controllers.render._facts import GPU_LABELS, OS_ID_LABEL, OS_VERSION_LABEL
 from gpuctrl.runtime import (
     Cache,
@@ -44,6 +46,7 @@ __all__ = [
     "cluster_facts",
     "honoured",
     "informer",
+    "informers",
     "node_role_changed",
     "node_state",
     "node_states",
@@ -82,29 +85,44 @@ TRANSFORMS: dict[Resource, Transform] = {NODES: _node_summary, PODS: _pod_summar
 watched metadata-only)."""
 
 
-def _selection(resource: Resource, namespace: str) -> tuple[str | None, dict[str, Any]]:
-    """The namespace and options of the one informer the controllers use for ``resource``."""
+def _options(resource: Resource) -> dict[str, Any]:
+    """The options of the informers the controllers use for ``resource``."""
     if resource == NODES:
-        return None, {"metadata_only": True}
-    if resource == CLUSTER_POLICIES:
-        return None, {}
-    if resource == CONFIG_MAPS:
-        return namespace, {}
-    if resource == PODS:
-        return namespace, {"label_selector": MANAGED_SELECTOR}
-    return None, {"label_selector": MANAGED_SELECTOR}
+        return {"metadata_only": True}
+    if resource in (CLUSTER_POLICIES, CONFIG_MAPS):
+        return {}
+    return {"label_selector": MANAGED_SELECTOR}
+
+
+def _scopes(resource: Resource, namespace: str) -> tuple[str | None, ...]:
+    """The namespaces the controllers watch ``resource`` in (None: a cluster-scoped kind)."""
+    if not resource.namespaced:
+        return (None,)
+    if resource in (ROLES, ROLE_BINDINGS):
+        return tuple(dict.fromkeys((namespace, NODE_EVENTS_NAMESPACE)))
+    return (namespace,)
+
+
+def informers(cache: Cache, resource: Resource, namespace: str) -> list[Informer]:
+    """The informers the controllers use for ``resource``, one per namespace it is watched in:
+    every ClusterPolicy; every Node, metadata only, indexed by `node_state`; the operand
+    namespace's ConfigMaps (referenced ones are not gpuctrl's); gpuctrl's objects of any other
+    kind in the operand namespace, Roles and RoleBindings also in `NODE_EVENTS_NAMESPACE`
+    (the validator's), and cluster-scoped ones. Nothing is watched in another namespace, so
+    the manager needs no read access there."""
+    found = []
+    for where in _scopes(resource, namespace):
+        one = cache.informer(resource, namespace=where, **_options(resource))
+        for name, func in _INDEXES.get(resource, ()):
+            if not one.store.has_index(name):
+                one.add_index(name, func)
+        found.append(one)
+    return found
 
 
 def informer(cache: Cache, resource: Resource, namespace: str) -> Informer:
-    """The one informer the controllers use for ``resource``: every ClusterPolicy; every Node,
-    metadata only, indexed by `node_state`; the operand namespace's ConfigMaps (referenced ones
-    are not gpuctrl's); gpuctrl's Pods there; gpuctrl's objects of any
-    other kind, in any namespace (the validator has a Role in ``default``)."""
-    where, options = _selection(resource, namespace)
-    found = cache.informer(resource, namespace=where, **options)
-    for name, func in _INDEXES.get(resource, ()):
-        if not found.store.has_index(name):
-            found.add_index(name, func)
+    """The one informer of `informers` for a ``resource`` watched in one place."""
+    [found] = informers(cache, resource, namespace)
     return found
 
 
@@ -133,15 +151,19 @@ def node_states(cache: Cache, namespace: str) -> list[tuple[dict[str, str], list
 def cached(
     cache: Cache, resource: Resource, namespace: str, name: str, where: str | None = None
 ) -> dict[str, Any] | None:
-    """The object ``name`` (in namespace ``where``) as `informer`'s informer holds it."""
-    _, options = _selection(resource, namespace)
-    return cache.get(resource, name, where, **options)
+    """The object ``name`` (in namespace ``where``) as `informers` hold it; None when it is not
+    there or ``where`` is not watched for ``resource``."""
+    if where not in _scopes(resource, namespace):
+        return None
+    return cache.get(resource, name, where, **_options(resource))
 
 
 def cached_list(cache: Cache, resource: Resource, namespace: str) -> list[dict[str, Any]]:
-    """Every object `informer`'s informer holds for ``resource``."""
-    where, options = _selection(resource, namespace)
-    return cache.list(resource, where, **options)
+    """Every object `informers` hold for ``resource``."""
+    options = _options(resource)
+    return [
+        o for where in _scopes(resource, namespace) for o in cache.list(resource, where, **options)
+    ]
 
 
 def owned_objects(

@@ -27,6 +27,7 @@ from controllers._cluster import (
     cluster_facts,
     honoured,
     informer,
+    informers,
     node_role_changed,
     owned_objects,
     to_honoured,
@@ -110,8 +111,8 @@ def setup_operand(
     controller.watch(informer(cache, CONFIG_MAPS, namespace), policy, (resource_version_changed,))
     for resource in OWNED.values():
         if resource != CONFIG_MAPS:
-            watched = informer(cache, resource, namespace)
-            controller.watch(watched, policy, (resource_version_changed, ours))
+            for watched in informers(cache, resource, namespace):
+                controller.watch(watched, policy, (resource_version_changed, ours))
     manager.add(controller)
     return controller
 

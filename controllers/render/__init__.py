@@ -10,6 +10,7 @@ not an error: `nodes_without_driver` names them for the caller to report.
 manager would trip over in the repository and CA ConfigMaps.
 """
 
+from controllers.render._account import NODE_EVENTS_NAMESPACE
 from controllers.render._driver import nodes_without_driver
 from controllers.render._errors import MissingConfigMap, RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts, NodeFacts, OsRelease
@@ -24,6 +25,7 @@ from controllers.render._repo import RepoProblem, check_repo_config, next_certif
 
 __all__ = [
     "COMPONENTS",
+    "NODE_EVENTS_NAMESPACE",
     "OS_IDS",
     "ClusterFacts",
     "ConfigMapFacts",

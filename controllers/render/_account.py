@@ -10,16 +10,20 @@ from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
 from controllers.render._meta import metadata
 
-__all__ = ["Permissions", "account_objects"]
+__all__ = ["NODE_EVENTS_NAMESPACE", "Permissions", "account_objects"]
+
+NODE_EVENTS_NAMESPACE = "default"
+"""Where Events about Nodes live, as the kubelet's own do: besides the operand namespace, the
+one namespace a component's Role may be in (so the controllers watch Roles there too)."""
 
 
 @dataclass(frozen=True)
 class Permissions:
-    """PolicyRules of a component: in the operator namespace, in fixed namespaces, cluster-wide."""
+    """PolicyRules of a component: in the operator namespace, in `NODE_EVENTS_NAMESPACE`,
+    cluster-wide."""
 
     namespace_rules: tuple[dict[str, Any], ...] = ()
-    # (namespace, rules): e.g. Events on Nodes, which live in "default" as the kubelet's own do.
-    fixed_namespace_rules: tuple[tuple[str, tuple[dict[str, Any], ...]], ...] = ()
+    node_events_rules: tuple[dict[str, Any], ...] = ()
     cluster_rules: tuple[dict[str, Any], ...] = ()
 
 
@@ -28,16 +32,17 @@ def account_objects(
 ) -> list[dict[str, Any]]:
     """ServiceAccount ``gpuctrl-<component>`` and the Roles/ClusterRole (+ bindings) it needs.
 
-    One Role per namespace, the operator namespace's first; rules for the operator namespace
-    given as a fixed namespace join its Role.
+    One Role per namespace, the operator namespace's first; when the operator namespace is
+    `NODE_EVENTS_NAMESPACE` both sets of rules are in its one Role.
     """
     name = f"gpuctrl-{component}"
     namespaced = metadata(policy, component, name, facts.namespace)
     by_namespace: dict[str, list[dict[str, Any]]] = {}
     if permissions.namespace_rules:
         by_namespace[facts.namespace] = list(permissions.namespace_rules)
-    for namespace, rules in permissions.fixed_namespace_rules:
-        by_namespace.setdefault(namespace, []).extend(rules)
+    if permissions.node_events_rules:
+        rules = by_namespace.setdefault(NODE_EVENTS_NAMESPACE, [])
+        rules.extend(permissions.node_events_rules)
     objects = render_template("serviceaccount.yaml.j2", metadata=namespaced)
     objects += render_template(
         "rbac.yaml.j2",

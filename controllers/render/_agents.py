@@ -55,7 +55,7 @@ _DEVICE_PLUGIN_PERMISSIONS = Permissions(cluster_rules=(_READ_NODES,))
 # The toolkit agent never calls the API: its account has no rules, its pod no token.
 _TOOLKIT_PERMISSIONS = Permissions()
 # What `gpuctrl validate cuda|plugin` calls: its workload pods, their logs, the templates'
-# ConfigMap, and Events on the Node, which live in "default" as the kubelet's own do.
+# ConfigMap, and Events on the Node (in NODE_EVENTS_NAMESPACE).
 _VALIDATOR_PERMISSIONS = Permissions(
     namespace_rules=(
         {
@@ -66,9 +66,7 @@ _VALIDATOR_PERMISSIONS = Permissions(
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
     ),
-    fixed_namespace_rules=(
-        ("default", ({"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},)),
-    ),
+    node_events_rules=({"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},),
 )
 # The host's root as the toolkit agent sees it, and where it keeps its journal (a host path).
 TOOLKIT_HOST_ROOT = "/host"

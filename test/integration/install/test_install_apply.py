@@ -113,6 +113,8 @@ async def check_privileges(plane: ControlPlane) -> None:
         ("gpuctrl-manager", "patch", "nodes"),
         ("gpuctrl-manager", "patch", "clusterpolicies.gpuctrl.io", "--subresource=status"),
         ("gpuctrl-manager", "create", "daemonsets.apps", f"-n={NAMESPACE}"),
+        ("gpuctrl-manager", "watch", "daemonsets.apps", f"-n={NAMESPACE}"),
+        ("gpuctrl-manager", "list", "roles.rbac.authorization.k8s.io", "-n=default"),
         (
             "gpuctrl-manager",
             "update",
@@ -128,6 +130,11 @@ async def check_privileges(plane: ControlPlane) -> None:
         ("gpuctrl-manager", "get", "secrets", f"-n={NAMESPACE}"),
         ("gpuctrl-manager", "update", "clusterpolicies.gpuctrl.io", "--subresource=status"),
         ("gpuctrl-manager", "list", "controllerrevisions.apps", f"-n={NAMESPACE}"),
+        # Its objects are watched in its namespace (Roles also in default), nowhere else.
+        ("gpuctrl-manager", "list", "daemonsets.apps", "-n=kube-system"),
+        ("gpuctrl-manager", "list", "serviceaccounts", "-n=kube-system"),
+        ("gpuctrl-manager", "list", "roles.rbac.authorization.k8s.io", "-n=kube-system"),
+        ("gpuctrl-manager", "list", "serviceaccounts", "-n=default"),
         ("gpuctrl-manager", "create", "daemonsets.apps", "-n=default"),
         ("gpuctrl-manager", "update", "leases.coordination.k8s.io/other", f"-n={NAMESPACE}"),
         ("gpuctrl-manager", "delete", "nodes"),

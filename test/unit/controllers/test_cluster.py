@@ -12,15 +12,29 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from api.v1alpha1 import load_cluster_policy
 from controllers._cluster import (
     TRANSFORMS,
+    cached,
+    cached_list,
     cluster_facts,
     honoured,
     informer,
+    informers,
     node_role_changed,
     node_states,
     ready_components,
     to_honoured,
 )
-from controllers._kinds import CLUSTER_POLICIES, CONFIG_MAPS, NODES, PODS
+from controllers._kinds import (
+    CLUSTER_POLICIES,
+    CLUSTER_ROLES,
+    CONFIG_MAPS,
+    DAEMON_SETS,
+    MANAGED_SELECTOR,
+    NODES,
+    PODS,
+    ROLE_BINDINGS,
+    ROLES,
+    SERVICE_ACCOUNTS,
+)
 from controllers.render import ClusterFacts, render
 from gpuctrl.runtime import Cache, Client, Event, Request, freeze
 
@@ -193,3 +207,27 @@ async def test_ready_pods_are_found_by_node_and_component_without_decoding(cache
     pods.apply("MODIFIED", pod("d-b", "b", "driver", "True", "2"))
     pods.apply("DELETED", pod("t-a", "a", "toolkit", "True", "2"))
     assert ready_components(cache, "gpuctrl") == {"a": {"driver"}, "b": {"driver", "toolkit"}}
+
+
+async def test_namespaced_objects_are_watched_in_the_operand_namespace_and_roles_in_default(
+    cache: Cache,
+) -> None:
+    def count(resource: Any, namespace: str = "gpuctrl") -> int:
+        return len(informers(cache, resource, namespace))
+
+    assert count(DAEMON_SETS) == count(SERVICE_ACCOUNTS) == count(CLUSTER_ROLES) == 1
+    assert count(ROLES) == count(ROLE_BINDINGS) == 2
+    assert count(ROLES, "default") == 1  # one informer when the namespaces are the same
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role"}
+    for one, namespace in zip(
+        informers(cache, ROLES, "gpuctrl"), ("gpuctrl", "default"), strict=True
+    ):
+        one.replace([{**role, "metadata": {"name": "r", "namespace": namespace, "rv": "1"}}])
+    found = cached_list(cache, ROLES, "gpuctrl")
+    assert sorted(r["metadata"]["namespace"] for r in found) == ["default", "gpuctrl"]
+    for namespace in ("gpuctrl", "default"):  # each informer holds its namespace's
+        [held] = cache.list(ROLES, namespace, label_selector=MANAGED_SELECTOR)
+        assert held["metadata"]["namespace"] == namespace
+    assert cached(cache, ROLES, "gpuctrl", "r", "default") is not None
+    assert cached(cache, ROLES, "gpuctrl", "r", "kube-system") is None  # not watched there
+    assert cached(cache, DAEMON_SETS, "gpuctrl", "d", "default") is None
