@@ -84,6 +84,10 @@ _HOST_DRIVER_ROOT = "/"
 VALIDATOR_HOST_ROOT = "/host"
 VALIDATOR_DRIVER_ROOT = "/run/nvidia/driver"
 VALIDATOR_STATUS_DIR = "/run/gpuctrl/validations"
+# The validator pod's main container keeps the pod up; on SIGTERM (the pod deleted, a rollout)
+# it removes the status files it is given, as NVIDIA's preStop does, so no operand trusts the
+# checks of a validator that is gone, and exits 0 (a bare sleep as PID 1 ignores SIGTERM).
+_HOLD_SCRIPT = "trap 'rm -f -- \"$@\"; exit 0' TERM; sleep infinity & wait"
 _POD_ENV = (
     {"name": "GPUCTRL_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     {"name": "GPUCTRL_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
@@ -226,6 +230,7 @@ def render_validator(
         checks=checks,
         runtime_class=policy.spec.operator.runtime_class,
         status_dir=VALIDATOR_STATUS_DIR,
+        main_command=_validator_main_command(),
     )
     objects += render_template(
         "configmap.yaml.j2",
@@ -233,6 +238,14 @@ def render_validator(
         data=templates,
     )
     return objects
+
+
+def _validator_main_command() -> list[str]:
+    """The validator's main container's command: hold the pod, and on SIGTERM remove each
+    check's status file (``<check>-ready`` in `VALIDATOR_STATUS_DIR`, as `gpuctrl validate`
+    writes it) and exit 0."""
+    files = [posixpath.join(VALIDATOR_STATUS_DIR, f"{check}-ready") for check in _CHECKS]
+    return ["sh", "-c", _HOLD_SCRIPT, "validator", *files]
 
 
 def _validator_args(check: str, workloads: ValidatorWorkloads) -> list[str]:

@@ -360,6 +360,11 @@ async def test_workload_pod_deleted_mid_run_validation_still_completes(stack: St
                 raise AssertionError(f"no new CUDA workload pod on {victim}: {states}")
 
         await eventually(workload_running, within=120, interval=0.1)
+        # The deleted pod's SIGTERM removed its status files: the new one's plugin check, which
+        # comes after the CUDA check under way, has not written its file yet.
+        root = stack.kubelet.nodes[0].root
+        assert root is not None
+        assert not (root / STATUS_DIR / "plugin-ready").exists()
         doomed = stack.runs(victim, "cuda")[-1]
         await admin.delete(PODS, doomed["metadata"]["name"], NAMESPACE)
         await _all_validated(stack, since={victim: before[victim]["metadata"]["uid"]})

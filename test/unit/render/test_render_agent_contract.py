@@ -27,6 +27,7 @@ from api.v1alpha1 import ValidatorWorkloads
 from controllers.render import render
 from controllers.render._inputs import read_inputs
 from gpuctrl.cli import SUBCOMMANDS
+from gpuctrl.validator._status import status_path
 from gpuctrl.validator.cli import POD_NAME_ENV, POD_UID_ENV
 
 ROOT = Path(__file__).parents[3]
@@ -225,10 +226,13 @@ def _catches(pid: int, signal_number: int) -> bool:
     return bool(int(mask, 16) >> (signal_number - 1) & 1)
 
 
-def test_the_validators_main_container_exits_0_on_sigterm(tmp_path: Path) -> None:
+def test_the_validators_main_container_removes_the_status_files_and_exits_0_on_sigterm(
+    tmp_path: Path,
+) -> None:
     """As PID 1 of its container a process without a SIGTERM handler ignores SIGTERM, and each
     deletion of the pod waits out the grace period: the container that keeps the validator
-    pod up must handle it, and exit 0."""
+    pod up must handle it, remove the status files (no operand may trust the checks of a
+    validator that is gone, as NVIDIA's preStop ensures) and exit 0."""
     given = read_inputs([SAMPLES[0], NODES], "gpuctrl")
     [daemonset] = [
         o
@@ -236,14 +240,26 @@ def test_the_validators_main_container_exits_0_on_sigterm(tmp_path: Path) -> Non
         if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "gpuctrl-validator"
     ]
     [main] = daemonset["spec"]["template"]["spec"]["containers"]
-    process = subprocess.Popen(main["command"], start_new_session=True)
+    script, files = main["command"][:4], main["command"][4:]
+    output_dir = Path(main["volumeMounts"][-1]["mountPath"])
+    assert files == [
+        str(status_path(output_dir, c)) for c in ("driver", "toolkit", "cuda", "plugin")
+    ]
+    # Run here on files of a temporary folder instead (one of them absent), and a neighbour.
+    here = [tmp_path / Path(f).name for f in files]
+    for path in [*here[:3], tmp_path / "other"]:
+        path.write_text("ok")
+    process = subprocess.Popen([*script, *map(str, here)], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
         while not _catches(process.pid, signal.SIGTERM) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert _catches(process.pid, signal.SIGTERM), main["command"]
+        assert all(p.exists() for p in here[:3])  # held until the pod goes
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 0
+        assert not any(p.exists() for p in here)
+        assert (tmp_path / "other").read_text() == "ok"
     finally:
         with contextlib.suppress(ProcessLookupError):  # the orphaned sleep, if still there
             os.killpg(process.pid, signal.SIGKILL)
