@@ -138,9 +138,10 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
             await mesh.enable(NAMESPACE)  # Istio-like injection in the operands' namespace
             for name in ("clusterpolicy-minimal.yaml", "podpolicy-istio.yaml"):
                 for sample in _load(ROOT / "config" / "samples" / name):
-                    if sample["kind"] == "ClusterPolicy":
-                        sample["spec"] = _merged(sample.get("spec") or {}, LOCAL_POLICY)
                     await _apply(client, sample)
+                    if sample["kind"] == "ClusterPolicy":  # the apiserver merges (RFC 7386)
+                        patch = {"spec": LOCAL_POLICY}
+                        await client.merge_patch(POLICIES, sample["metadata"]["name"], patch)
         certs = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuctrl-webhook-"))
         await _start(
             stack, "webhook", WEBHOOK_PROBES,
@@ -170,15 +171,6 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
         waiting.cancel()
         exited.cancel()
         print("stopping ...", flush=True)
-
-
-def _merged(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in extra.items():
-        old = merged.get(key)
-        both = isinstance(old, Mapping) and isinstance(value, Mapping)
-        merged[key] = _merged(old, value) if both else value  # type: ignore[arg-type]
-    return merged
 
 
 async def _report_when_ready(client: Client, kubelet: SimulatedKubelet, kubectl: str) -> None:
