@@ -21,10 +21,9 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from ._client import Client
-from ._clock import Clock, SystemClock
-from ._errors import Invalid, NotFound
-from ._jitter import jittered
+from ._client import Client, retry_on_conflict
+from ._clock import Clock
+from ._errors import Conflict, Invalid, NotFound
 from ._objects import thaw
 from ._resources import Resource
 
@@ -67,8 +66,9 @@ def set_condition(
 
 
 class StatusWriter:
-    """Writes status conditions and fields only when they change, retrying (at most
-    ``attempts`` tries, waiting on ``clock``) when the object changed under a write.
+    """Writes status conditions and fields only when they change, retrying as
+    `retry_on_conflict` does (at most ``attempts`` tries, waiting on ``clock``) when the object
+    changed under a write (a guard failed on a stale copy: the last such `Conflict` propagates).
 
     It remembers what it last wrote of each object (by uid): an object read from a cache that
     has not yet seen that write is read afresh before a write is skipped or computed, so a
@@ -103,8 +103,9 @@ class StatusWriter:
         keys = ["@" + entry["type"] for entry in wanted] + list(values)
         if not self._agrees(uid, current, keys):
             current = await self._fresh(resource, current)
-        sleeper: Clock = self._clock if self._clock is not None else SystemClock()
-        for step in range(self._attempts):
+
+        async def attempt() -> dict[str, Any] | None:
+            nonlocal current
             ops = _patch(current, wanted, values, now)
             if not ops:
                 return None
@@ -115,16 +116,16 @@ class StatusWriter:
             except NotFound:
                 self._written.pop(uid, None)
                 raise
-            except Invalid:
+            except Invalid as error:
                 fresh = await self._fresh(resource, current)
-                if _patch(fresh, wanted, values, now) == ops or step == self._attempts - 1:
+                if _patch(fresh, wanted, values, now) == ops:
                     raise  # refused as it stands, not because the object moved
-                current = fresh
-                await sleeper.sleep(jittered(min(0.01 * 2**step, 1.0)))
-                continue
+                current = fresh  # a guard failed on a stale copy: a conflict, retried
+                raise Conflict(409, "Conflict", f"changed under the patch: {error}") from error
             self._remember(uid, written, wanted, values)
             return written
-        raise AssertionError("unreachable: the last attempt returns or raises")
+
+        return await retry_on_conflict(attempt, attempts=self._attempts, clock=self._clock)
 
     def _agrees(self, uid: str, obj: Mapping[str, Any], keys: Iterable[str]) -> bool:
         """Whether ``obj`` shows what this writer last wrote of ``keys`` (``@Type`` for a
