@@ -5,7 +5,6 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HELM_STAMP := $(VENV)/.installed-helm
-export GPUCTRL_ENVTEST_ASSETS ?= $(HOME)/.cache/gpuctrl/envtest/1.20.2
 # Debian packages the tests talk to for real (containerd's parser and daemon; bubblewrap
 # sandboxes the simulated kubelet's process-backed containers; dnf's and zypper's parsers of
 # .repo files).
@@ -25,8 +24,9 @@ $(HELM_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,helm]'
 	touch $(HELM_STAMP)
 
-envtest:
-	bash hack/envtest-assets.sh
+# The control plane (Kubernetes from Go modules; GPUCTRL_K8S_VERSION picks the release).
+envtest: $(STAMP)
+	PYTHON=$(BIN)/python bash hack/envtest-assets.sh >/dev/null
 
 test-deps: envtest
 	bash hack/install-debian-packages.sh $(TEST_DEBIAN_PACKAGES)
@@ -60,7 +60,7 @@ manifests: $(STAMP)
 
 # With KUBECONFIG set, run against that cluster: no local control plane to build.
 run: $(STAMP)
-	[ -n "$$KUBECONFIG" ] || bash hack/envtest-assets.sh
+	[ -n "$$KUBECONFIG" ] || PYTHON=$(BIN)/python bash hack/envtest-assets.sh >/dev/null
 	$(BIN)/python hack/run.py
 
 clean:

@@ -6,10 +6,14 @@ references, ``fieldRef`` to the pod's and node's fields, ``configMapKeyRef`` and
 `container_mounts` turns the container's ``volumeMounts`` into host paths: ``hostPath`` from the
 node's own folder (``<node root>/<path>``, its symbolic links followed inside that folder as
 the node would, created for the types that create), ConfigMaps and Secrets written as files
-(always read-only), ``emptyDir`` a folder of the pod's; ``readOnly`` and ``subPath`` are
-respected (a ``subPath`` whose links lead out of its volume is refused, as by a kubelet).
-`service_account` asks the TokenRequest API for a token bound to the pod and writes the
-standard ServiceAccount folder plus a kubeconfig for ``$KUBECONFIG``. Anything a kubelet would
+(always read-only), ``projected`` volumes of ServiceAccount tokens, ConfigMaps, Secrets and
+downward API fields (the ``kube-api-access-*`` volume that ServiceAccount admission adds to
+every pod), ``emptyDir`` a folder of the pod's; ``readOnly`` and ``subPath`` are respected (a
+``subPath`` whose links lead out of its volume is refused, as by a kubelet).
+`service_account` gives a pod that ServiceAccount admission did not give that volume (a control
+plane without it) the standard ServiceAccount folder plus a kubeconfig for ``$KUBECONFIG``, and
+every pod the variables that locate the apiserver. Tokens come from the TokenRequest API, bound
+to the pod. Anything a kubelet would
 refuse raises `ContainerConfigError` with a kubelet-like message; the
 container then shows CreateContainerConfigError.
 """
@@ -256,6 +260,13 @@ async def _volume_source(
     if "emptyDir" in volume:
         folder.mkdir(parents=True, exist_ok=True)
         return folder, False
+    if "projected" in volume:
+        projected = volume["projected"]
+        files: dict[str, tuple[bytes, int | None]] = {}
+        for source in projected.get("sources") or []:
+            files.update(await _projection(context, source, request))
+        _write_volume(folder, files, projected.get("defaultMode", 0o644))
+        return folder, True
     for field, kind, key in (
         ("configMap", "configmap", "name"),
         ("secret", "secret", "secretName"),
@@ -265,10 +276,41 @@ async def _volume_source(
             data = await _read(context, kind, source[key], request)
             if data is None and not source.get("optional"):
                 raise ContainerConfigError(f'{kind} "{source[key]}" not found')
-            _write_files(folder, data or {}, source, kind)
+            files = _items(data or {}, source, kind)
+            _write_volume(folder, files, source.get("defaultMode", 0o644))
             return folder, True
     kinds = sorted(set(volume) - {"name"})
     raise ContainerConfigError(f"volume type {kinds} not supported by the simulated kubelet")
+
+
+async def _projection(
+    context: PodContext, source: Mapping[str, Any], request: ApiRequest
+) -> dict[str, tuple[bytes, int | None]]:
+    """The files one source of a ``projected`` volume contributes (path -> content, mode)."""
+    if "serviceAccountToken" in source:
+        projection = source["serviceAccountToken"]
+        audience = projection.get("audience")
+        expiration = projection.get("expirationSeconds", 3600)
+        token = await _token(context, [audience] if audience else [], expiration, request)
+        return {projection["path"]: (token.encode(), None)}
+    if "downwardAPI" in source:
+        items = source["downwardAPI"].get("items") or []
+        return {
+            item["path"]: (
+                _field(context, item["fieldRef"]["fieldPath"]).encode(),
+                item.get("mode"),
+            )
+            for item in items
+        }
+    for field, kind in (("configMap", "configmap"), ("secret", "secret")):
+        if field in source:
+            reference = source[field]
+            data = await _read(context, kind, reference["name"], request)
+            if data is None and not reference.get("optional"):
+                raise ContainerConfigError(f'{kind} "{reference["name"]}" not found')
+            return _items(data or {}, reference, kind)
+    kinds = sorted(source)
+    raise ContainerConfigError(f"projected source {kinds} not supported by the simulated kubelet")
 
 
 def _host_path(node_root: Path, host_path: Mapping[str, Any]) -> Path:
@@ -324,40 +366,94 @@ def resolve_in_root(root: Path, path: str) -> Path:
     return root.joinpath(*resolved)
 
 
-def _write_files(
-    folder: Path, data: Mapping[str, str], source: Mapping[str, Any], kind: str
-) -> None:
+def _items(
+    data: Mapping[str, str], source: Mapping[str, Any], kind: str
+) -> dict[str, tuple[bytes, int | None]]:
     """The keys of a ConfigMap or Secret as files (``items`` picks and renames them)."""
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
     items = source.get("items") or [{"key": key, "path": key} for key in data]
+    files: dict[str, tuple[bytes, int | None]] = {}
     for item in items:
         if item["key"] not in data:
             if source.get("optional"):
                 continue
             raise ContainerConfigError(f"{kind} references non-existent key {item['key']}")
-        target = folder / item["path"]
+        files[item["path"]] = (data[item["key"]].encode(), item.get("mode"))
+    return files
+
+
+def _write_volume(
+    folder: Path, files: Mapping[str, tuple[bytes, int | None]], default_mode: int
+) -> None:
+    """``folder`` made anew holding ``files`` (a file without a mode of its own gets
+    ``default_mode``)."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for path, (content, mode) in files.items():
+        target = folder / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(data[item["key"]])
-        target.chmod(item.get("mode", source.get("defaultMode", 0o644)))
+        target.write_bytes(content)
+        target.chmod(default_mode if mode is None else mode)
 
 
 async def service_account(
     context: PodContext, cluster: Cluster, request: ApiRequest
-) -> tuple[Mount, dict[str, str]] | None:
-    """The pod's ServiceAccount folder (token, ca.crt, namespace, kubeconfig) as a mount and
-    the variables that point at it; None when the pod opts out of a token."""
-    spec, metadata = context.pod["spec"], context.pod["metadata"]
+) -> tuple[Mount | None, dict[str, str]] | None:
+    """The variables that locate the apiserver and, for a pod that mounts nothing at
+    `SERVICE_ACCOUNT_DIR` (no ServiceAccount admission), the standard ServiceAccount folder
+    (token, ca.crt, namespace, kubeconfig) as a mount; None when the pod opts out of a token."""
+    spec = context.pod["spec"]
     if spec.get("automountServiceAccountToken") is False:
         return None
+    address = urlsplit(cluster.server)
+    env = {
+        "KUBERNETES_SERVICE_HOST": address.hostname or "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(address.port or 443),
+    }
+    if _mounts_service_account(spec):
+        return None, env
     name = spec.get("serviceAccountName") or "default"
+    token = await _token(context, [], _TOKEN_SECONDS, request)
+    folder = context.pod_dir / "serviceaccount"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "token").write_text(token)
+    (folder / "ca.crt").write_bytes(cluster.ca_pem)
+    (folder / "namespace").write_text(context.namespace)
+    user = f"system:serviceaccount:{context.namespace}:{name}"
+    ca_inside = Path(SERVICE_ACCOUNT_DIR) / "ca.crt"
+    write_kubeconfig(
+        folder / "kubeconfig", server=cluster.server, ca_file=ca_inside, user=user, token=token
+    )
+    for file in folder.iterdir():
+        file.chmod(0o644)  # a non-root process of the container reads them too
+    env["KUBECONFIG"] = f"{SERVICE_ACCOUNT_DIR}/kubeconfig"
+    return Mount(str(folder), SERVICE_ACCOUNT_DIR, read_only=True), env
+
+
+def _mounts_service_account(spec: Mapping[str, Any]) -> bool:
+    """Whether a container of the pod mounts a volume at `SERVICE_ACCOUNT_DIR` (ServiceAccount
+    admission adds that mount to every container, with its ``kube-api-access-*`` volume)."""
+    return any(
+        mount.get("mountPath", "").rstrip("/") == SERVICE_ACCOUNT_DIR
+        for kind in ("initContainers", "containers")
+        for container in spec.get(kind) or []
+        for mount in container.get("volumeMounts") or []
+    )
+
+
+async def _token(
+    context: PodContext, audiences: list[str], expiration_seconds: int, request: ApiRequest
+) -> str:
+    """A token of the pod's ServiceAccount bound to the pod (TokenRequest API); no audiences
+    means the apiserver's own."""
+    metadata = context.pod["metadata"]
+    name = context.pod["spec"].get("serviceAccountName") or "default"
     body = {
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenRequest",
         "spec": {
-            "audiences": [],  # the apiserver's own
-            "expirationSeconds": _TOKEN_SECONDS,
+            "audiences": audiences,
+            "expirationSeconds": expiration_seconds,
             "boundObjectRef": {
                 "apiVersion": "v1",
                 "kind": "Pod",
@@ -371,23 +467,4 @@ async def service_account(
         response = await request("POST", path, body)
     except ApiError as error:
         raise ContainerConfigError(f'serviceaccount "{name}": {error}') from error
-    folder = context.pod_dir / "serviceaccount"
-    folder.mkdir(parents=True, exist_ok=True)
-    token = response["status"]["token"]
-    (folder / "token").write_text(token)
-    (folder / "ca.crt").write_bytes(cluster.ca_pem)
-    (folder / "namespace").write_text(context.namespace)
-    user = f"system:serviceaccount:{context.namespace}:{name}"
-    ca_inside = Path(SERVICE_ACCOUNT_DIR) / "ca.crt"
-    write_kubeconfig(
-        folder / "kubeconfig", server=cluster.server, ca_file=ca_inside, user=user, token=token
-    )
-    for file in folder.iterdir():
-        file.chmod(0o644)  # a non-root process of the container reads them too
-    address = urlsplit(cluster.server)
-    env = {
-        "KUBECONFIG": f"{SERVICE_ACCOUNT_DIR}/kubeconfig",
-        "KUBERNETES_SERVICE_HOST": address.hostname or "127.0.0.1",
-        "KUBERNETES_SERVICE_PORT": str(address.port or 443),
-    }
-    return Mount(str(folder), SERVICE_ACCOUNT_DIR, read_only=True), env
+    return str(response["status"]["token"])

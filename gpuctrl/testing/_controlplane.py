@@ -32,11 +32,10 @@ from gpuctrl.runtime import new_api_client
 from ._kubeconfig import write_kubeconfig
 from ._pki import Pki, write_pki
 from ._process import Process, Resources
+from .envtest import ASSETS_ENV, assets_dir
 
 __all__ = ["ControlPlane", "ControlPlaneError", "default_assets_dir"]
 
-KUBERNETES_VERSION = "1.20.2"
-_ASSETS_ENV = "GPUCTRL_ENVTEST_ASSETS"
 _BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 _FOLDER_PREFIX = "gpuctrl-cp-"
 _READY_TIMEOUT_SECONDS = 60.0
@@ -59,11 +58,10 @@ class ControlPlaneError(RuntimeError):
 
 
 def default_assets_dir() -> Path:
-    """The folder holding the binaries: $GPUCTRL_ENVTEST_ASSETS or ~/.cache/gpuctrl/envtest/."""
-    configured = os.environ.get(_ASSETS_ENV)
-    if configured:
-        return Path(configured)
-    return Path.home() / ".cache" / "gpuctrl" / "envtest" / KUBERNETES_VERSION
+    """The folder holding the binaries: ``$GPUCTRL_ENVTEST_ASSETS``, else
+    ``~/.cache/gpuctrl/envtest/<release>`` of the release `envtest.kubernetes_version` names
+    (``$GPUCTRL_K8S_VERSION`` or the default)."""
+    return assets_dir()
 
 
 class ControlPlane:
@@ -200,7 +198,7 @@ class ControlPlane:
             self._spawn("kube-controller-manager", self._controller_manager_argv())
         if self.scheduler:
             argv = [f"--kubeconfig={self.kubeconfig}", "--leader-elect=false"]
-            self._spawn("kube-scheduler", [*argv, "--port=0", "--secure-port=0"])
+            self._spawn("kube-scheduler", [*argv, "--secure-port=0"])
         if self.controller_manager:
             await self._wait_default_service_account()
 
@@ -230,7 +228,6 @@ class ControlPlane:
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
             f"--secure-port={self._apiserver_port}",
-            "--insecure-port=0",
             f"--tls-cert-file={self._pki.serving_cert_file}",
             f"--tls-private-key-file={self._pki.serving_key_file}",
             f"--token-auth-file={self.directory / 'tokens.csv'}",
@@ -268,7 +265,6 @@ class ControlPlane:
             f"--root-ca-file={self._pki.ca_file}",
             "--bind-address=127.0.0.1",
             "--secure-port=0",
-            "--port=0",
         ]
 
     async def _wait_ready(self) -> None:
@@ -298,9 +294,8 @@ class ControlPlane:
             while True:
                 self._check_alive()
                 with contextlib.suppress(ApiException):
-                    account = await core.read_namespaced_service_account("default", "default")
-                    if account.secrets:
-                        return
+                    await core.read_namespaced_service_account("default", "default")
+                    return
                 if loop.time() > deadline:
                     raise self._error("kube-controller-manager made no default ServiceAccount")
                 await asyncio.sleep(_POLL_SECONDS)
@@ -331,8 +326,8 @@ def _check_binaries(assets_dir: Path) -> dict[str, Path]:
     if missing:
         raise ControlPlaneError(
             f"control plane binaries missing in {assets_dir}: {', '.join(missing)}; "
-            f"run hack/envtest-assets.sh (or `make envtest`) to build them, "
-            f"or point ${_ASSETS_ENV} at a folder holding them"
+            f"run `python -m gpuctrl.testing.envtest` (or `make envtest`) to build them, "
+            f"or point ${ASSETS_ENV} at a folder holding them"
         )
     return binaries
 

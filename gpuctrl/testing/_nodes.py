@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .envtest import kubernetes_version
+
 __all__ = [
     "KUBELET_HOST",
     "KUBELET_PORT",
@@ -32,7 +34,6 @@ __all__ = [
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40
 NFD = "feature.node.kubernetes.io"
-KUBELET_VERSION = "v1.20.2"
 # Where the kubelet endpoint of every simulated node listens: on loopback, each
 # `SimulatedKubelet` at a port of its own (a real kubelet's is 10250).
 KUBELET_HOST = "127.0.0.1"
@@ -232,8 +233,8 @@ def node_status(
             "kernelVersion": node.kernel_version,
             "osImage": node.os_image,
             "containerRuntimeVersion": node.container_runtime,
-            "kubeletVersion": KUBELET_VERSION,
-            "kubeProxyVersion": KUBELET_VERSION,
+            "kubeletVersion": f"v{kubernetes_version()}",
+            "kubeProxyVersion": f"v{kubernetes_version()}",
             "operatingSystem": "linux",
             "architecture": "amd64",
         },

@@ -130,8 +130,10 @@ class PodProcesses:
         mounts = await container_mounts(context, spec, self._request)
         identity = await service_account(context, self._cluster, self._request)
         if identity is not None:
-            mounts.append(identity[0])
-            env.update(identity[1])
+            mount, variables = identity
+            if mount is not None:
+                mounts.append(mount)
+            env.update(variables)
         env.update(await container_env(context, spec, self._request))
         mounts += await nvidia_runtime_mounts(context, env, self._request)
         command = [expand(part, env) for part in [*spec.get("command", []), *spec.get("args", [])]]

@@ -89,13 +89,12 @@ async def _wait_default_service_account(core: client.CoreV1Api, namespace: str) 
     async with asyncio.timeout(_SERVICE_ACCOUNT_TIMEOUT_SECONDS):
         while True:
             try:
-                account = await core.read_namespaced_service_account("default", namespace)
+                await core.read_namespaced_service_account("default", namespace)
             except ApiException as error:
                 if error.status != 404:
                     raise
             else:
-                if account.secrets:
-                    return
+                return
             await asyncio.sleep(0.05)
 
 

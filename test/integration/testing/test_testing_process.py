@@ -108,7 +108,8 @@ async def test_process_sees_env_volumes_and_read_only_mounts_and_its_log_is_serv
         "test -e /var/log && echo host-visible || echo host-hidden; "
         "cat /creds/password; echo; "
         "touch /settings/x 2>/dev/null && echo cm-writable || echo cm-read-only; "
-        'test -r "$KUBECONFIG" && echo kubeconfig-present'
+        "cd /var/run/secrets/kubernetes.io/serviceaccount; "
+        'test -s token && test -s ca.crt && echo "token-present ns=$(cat namespace)"'
     )
     env = [
         {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}},  # noqa: E501
@@ -160,7 +161,7 @@ async def test_process_sees_env_volumes_and_read_only_mounts_and_its_log_is_serv
         "host-hidden",
         "s3cret",
         "cm-read-only",
-        "kubeconfig-present",
+        f"token-present ns={namespace}",
     ]
     assert (node.root / "var/lib/state/written").exists()
     assert not (node.root / "etc/gpu/written").exists()
@@ -201,7 +202,7 @@ async def test_exit_code_is_the_containers_and_a_missing_key_is_a_config_error(
 
 
 @pytest.mark.gpu_nodes(count=1)
-async def test_service_account_kubeconfig_reaches_the_apiserver_as_the_pod(
+async def test_service_account_token_reaches_the_apiserver_as_the_pod(
     gpu_nodes: SimulatedKubelet, kube_api: ApiClient, namespace: str
 ) -> None:
     core, rbac = client.CoreV1Api(kube_api), client.RbacAuthorizationV1Api(kube_api)
@@ -238,12 +239,13 @@ async def test_service_account_kubeconfig_reaches_the_apiserver_as_the_pod(
         assert answer.status.allowed
 
     await eventually(bound)
-    # gpuctrl's own client, inside the sandbox, with nothing but $KUBECONFIG.
+    # gpuctrl's own client, inside the sandbox, configured as in a real pod: in-cluster, from
+    # the kube-api-access volume ServiceAccount admission added and $KUBERNETES_SERVICE_HOST.
     program = (
         "import asyncio, os\n"
         "from gpuctrl.runtime import Client, Forbidden, Resource, new_api_client\n"
         "async def main():\n"
-        "    api = await new_api_client(os.environ['KUBECONFIG'])\n"
+        "    api = await new_api_client()\n"
         "    pods = Resource('v1', 'Pod', 'pods')\n"
         "    me = await Client(api).get(pods, os.environ['POD'], os.environ['NS'])\n"
         "    print('read', me['metadata']['name'])\n"

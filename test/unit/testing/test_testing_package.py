@@ -18,7 +18,7 @@ async def test_missing_binaries_name_the_folder_and_the_script(tmp_path):
             pass
     message = str(error.value)
     assert str(tmp_path) in message
-    assert "hack/envtest-assets.sh" in message
+    assert "python -m gpuctrl.testing.envtest" in message
     assert "etcd, kube-apiserver, kube-controller-manager, kube-scheduler" in message
 
 
