@@ -2,8 +2,10 @@
 
 Shared by test/unit/install and test/integration/install (importable because pytest puts the
 folder of test/conftest.py on sys.path). Rendering uses the real tools: kubectl's built-in
-kustomize (Debian's kubectl 1.20 from hack/kubectl.sh, plus a newer kubectl when the machine
-has one) and the Helm v4 engine of the ``helm-python-sdk`` package.
+kustomize (Debian's kubectl 1.20 from hack/kubectl.sh, the oldest kustomize the manifests
+support, plus the control plane's kubectl and the machine's own) and the Helm v4 engine of the
+``helm-python-sdk`` package. Objects go to the control plane as written, with the kubectl built
+beside it (its release).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from gpuctrl.testing import default_assets_dir
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config"
@@ -41,11 +45,17 @@ def debian_kubectl() -> Path:
     return Path(done.stdout.strip())
 
 
+def cluster_kubectl() -> Path:
+    """The kubectl of the control plane's release, built with its binaries."""
+    return default_assets_dir() / "kubectl"
+
+
 def kubectls() -> list[Path]:
-    """Every kubectl to build config/ with: Debian's 1.20, and the machine's own if it has one."""
-    found = [debian_kubectl()]
+    """Every kubectl to build config/ with: Debian's 1.20, the control plane's, and the
+    machine's own if it has one."""
+    found = [debian_kubectl(), cluster_kubectl()]
     other = shutil.which("kubectl")
-    if other is not None and Path(other).resolve() != found[0].resolve():
+    if other is not None and all(Path(other).resolve() != k.resolve() for k in found):
         found.append(Path(other))
     return found
 
@@ -114,22 +124,6 @@ def without_helm_labels(obj: Obj) -> Obj:
     return out
 
 
-def for_apiserver_1_20(objects: Iterable[Obj]) -> list[Obj]:
-    """``objects`` with the API versions kube-apiserver 1.20 lacks translated to its own.
-
-    The manifests target Kubernetes 1.27+; the local control plane is 1.20.2. Only
-    PodDisruptionBudget needs it (``policy/v1`` is 1.21+; ``policy/v1beta1`` has the same
-    fields for what the manifests use).
-    """
-    out = []
-    for obj in objects:
-        obj = copy.deepcopy(obj)
-        if (obj["apiVersion"], obj["kind"]) == ("policy/v1", "PodDisruptionBudget"):
-            obj["apiVersion"] = "policy/v1beta1"
-        out.append(obj)
-    return out
-
-
 def documents(path: Path) -> list[Obj]:
     """The objects of a YAML stream file."""
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
@@ -140,9 +134,9 @@ CUSTOM = {"ClusterPolicy", "PodPolicy"}
 
 
 async def kubectl(kubeconfig: Path, *args: str, stdin: str = "", check: bool = True) -> str:
-    """Run Debian's kubectl 1.20 against the control plane; stdout (stderr too on failure)."""
+    """Run the control plane's kubectl against it; stdout (stderr too when not ``check``)."""
     process = await asyncio.create_subprocess_exec(
-        str(debian_kubectl()),
+        str(cluster_kubectl()),
         f"--kubeconfig={kubeconfig}",
         *args,
         stdin=asyncio.subprocess.PIPE,
@@ -163,7 +157,6 @@ def stream(objects: list[Obj]) -> str:
 async def install(kubeconfig: Path, objects: list[Obj]) -> None:
     """Server-side apply ``objects`` with an admin's ``kubeconfig``: everything but the CRDs'
     objects first, those once the CRDs are Established."""
-    objects = for_apiserver_1_20(objects)
     first = [o for o in objects if o["kind"] not in CUSTOM]
     apply = ("apply", "--server-side", "--field-manager=gpuctrl-install", "-f", "-")
     await kubectl(kubeconfig, *apply, stdin=stream(first))
@@ -177,7 +170,6 @@ async def install(kubeconfig: Path, objects: list[Obj]) -> None:
 
 async def uninstall(kubeconfig: Path, objects: list[Obj]) -> None:
     """Delete the ClusterPolicy first (the operands go with it), then the install."""
-    objects = for_apiserver_1_20(objects)
     custom = [o for o in objects if o["kind"] in CUSTOM]
     if custom:
         await kubectl(

@@ -102,7 +102,9 @@ class CertificateManager:
         else:
             log.info("the Secret %s kept changing; retrying later", SECRET_NAME)
             return
-        await ensure_configuration(self._client, data[BUNDLE_KEY], self._client_config)
+        await ensure_configuration(
+            self._client, data[BUNDLE_KEY], self._client_config, self._namespace
+        )
         self._write_files(data)
 
     async def _step(self) -> dict[str, bytes] | None:

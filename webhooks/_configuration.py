@@ -3,8 +3,10 @@
 Its name sorts before ``istio-sidecar-injector`` and ``istio-revision-tag-*``: the apiserver
 calls configurations in name order, so the mesh opt-out label gpuctrl adds is on the pod
 before Istio's objectSelector is evaluated, and Istio's injector is then never called. Only
-pods labelled ``app.kubernetes.io/managed-by: gpuctrl`` are sent to it, so an outage of the
-webhook (``failurePolicy: Fail``) can never block anybody else's pods.
+pods labelled ``app.kubernetes.io/managed-by: gpuctrl`` in the operands' namespace (selected by
+its ``kubernetes.io/metadata.name`` label, which the apiserver sets on every namespace since
+1.21) are sent to it, and never the kubelet's mirror pods (a ``matchConditions`` rule, 1.28+),
+so an outage of the webhook (``failurePolicy: Fail``) can never block anybody else's pods.
 """
 
 from __future__ import annotations
@@ -41,9 +43,19 @@ MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
 )
 
 
-def webhook_configuration(client_config: dict[str, Any], ca_bundle: bytes) -> dict[str, Any]:
+# Static pods' mirrors, made by a kubelet: never sent, whatever their labels.
+NOT_A_MIRROR_POD = {
+    "name": "not-a-mirror-pod",
+    "expression": "!has(object.metadata.annotations) || "
+    "!('kubernetes.io/config.mirror' in object.metadata.annotations)",
+}
+
+
+def webhook_configuration(
+    client_config: dict[str, Any], ca_bundle: bytes, namespace: str
+) -> dict[str, Any]:
     """The configuration calling the webhook at ``client_config`` (``{"url": ...}`` or
-    ``{"service": {...}}``), trusting the PEM ``ca_bundle``."""
+    ``{"service": {...}}``) for the pods of ``namespace``, trusting the PEM ``ca_bundle``."""
     return {
         "apiVersion": MUTATING_WEBHOOK_CONFIGURATIONS.api_version,
         "kind": MUTATING_WEBHOOK_CONFIGURATIONS.kind,
@@ -64,10 +76,9 @@ def webhook_configuration(client_config: dict[str, Any], ca_bundle: bytes) -> di
                         "scope": "Namespaced",
                     }
                 ],
-                # Every namespace: the handler itself keeps to the operands' namespace (apiserver
-                # 1.20 sets no kubernetes.io/metadata.name label to select it by).
-                "namespaceSelector": {},
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                 "objectSelector": {"matchLabels": {"app.kubernetes.io/managed-by": "gpuctrl"}},
+                "matchConditions": [NOT_A_MIRROR_POD],
                 "failurePolicy": "Fail",
                 "sideEffects": "None",
                 "timeoutSeconds": 5,
@@ -101,15 +112,15 @@ async def read_configuration(client: Client) -> dict[str, Any] | None:
 
 
 async def ensure_configuration(
-    client: Client, ca_bundle: bytes, client_config: dict[str, Any] | None
+    client: Client, ca_bundle: bytes, client_config: dict[str, Any] | None, namespace: str
 ) -> None:
     """Make the stored configuration trust ``ca_bundle``. With ``client_config`` (the
-    ``--webhook-url`` mode) create it or reset all of it to `webhook_configuration`; without,
-    only set the caBundle of one that exists (the install manifests own the rest).
-    A concurrent change is left for the next call."""
+    ``--webhook-url`` mode) create it or reset all of it to `webhook_configuration` for the
+    pods of ``namespace``; without, only set the caBundle of one that exists (the install
+    manifests own the rest). A concurrent change is left for the next call."""
     stored = await read_configuration(client)
     if client_config is not None:
-        desired = webhook_configuration(client_config, ca_bundle)
+        desired = webhook_configuration(client_config, ca_bundle, namespace)
         if stored is None:
             try:
                 await client.create(MUTATING_WEBHOOK_CONFIGURATIONS, desired)
@@ -142,8 +153,9 @@ async def ensure_configuration(
 
 
 class ConfigurationKeeper:
-    """Without managed certificates: every ``interval`` seconds, makes the configuration trust
-    the CA of ``cert_dir`` (``ca.crt`` when present, else the self-signed ``tls.crt``)."""
+    """Without managed certificates: every ``interval`` seconds, makes the configuration (for
+    the pods of ``namespace``) trust the CA of ``cert_dir`` (``ca.crt`` when present, else the
+    self-signed ``tls.crt``)."""
 
     needs_leader = False
 
@@ -152,6 +164,7 @@ class ConfigurationKeeper:
         client: Client,
         cert_dir: Path,
         client_config: dict[str, Any],
+        namespace: str,
         *,
         interval: float = 10.0,
         clock: Clock | None = None,
@@ -159,6 +172,7 @@ class ConfigurationKeeper:
         self._client = client
         self._cert_dir = cert_dir
         self._client_config = client_config
+        self._namespace = namespace
         self._interval = interval
         self._clock: Clock = clock if clock is not None else SystemClock()
 
@@ -168,7 +182,9 @@ class ConfigurationKeeper:
             try:
                 bundle = self._bundle()
                 if bundle is not None:
-                    await ensure_configuration(self._client, bundle, self._client_config)
+                    await ensure_configuration(
+                        self._client, bundle, self._client_config, self._namespace
+                    )
             except Exception:
                 log.exception(
                     "keeping %s failed; retrying in %s s", CONFIGURATION_NAME, self._interval

@@ -151,7 +151,8 @@ async def _serve(args: argparse.Namespace) -> None:
             )
         )
     elif args.webhook_url:
-        manager.add(ConfigurationKeeper(manager.client, args.cert_dir, {"url": args.webhook_url}))
+        client = {"url": args.webhook_url}
+        manager.add(ConfigurationKeeper(manager.client, args.cert_dir, client, args.namespace))
     try:
         await manager.run()
     except CannotListen as error:

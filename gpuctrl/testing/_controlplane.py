@@ -96,6 +96,7 @@ class ControlPlane:
     kubeconfig: Path
     server: str
     ca_file: Path
+    version: str  # the apiserver's gitVersion, as /version says (v1.34.4)
     _pki: Pki
     _binaries: dict[str, Path]
     _admin_token: str
@@ -280,6 +281,8 @@ class ControlPlane:
                 if await _answers(session, f"{self.server}/readyz", context) and await _answers(
                     session, f"{self.server}/api/v1/namespaces/default", context
                 ):
+                    async with session.get(f"{self.server}/version", ssl=context) as response:
+                        self.version = str((await response.json())["gitVersion"])
                     return
                 if loop.time() > deadline:
                     raise self._error(f"kube-apiserver not ready after {_READY_TIMEOUT_SECONDS}s")

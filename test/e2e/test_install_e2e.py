@@ -10,8 +10,7 @@ first, then the install) deletes the operand pods gracefully (their 30 s grace p
 toolkit's cleanup runs on SIGTERM) and leaves no gpuctrl object, but the CRDs where Helm keeps
 them.
 
-kube-apiserver here is 1.20.2: PodDisruptionBudgets go in as ``policy/v1beta1`` (see
-`install_manifests.for_apiserver_1_20`). Run: ``.venv/bin/python -m pytest -q test/e2e``.
+The objects go in as written. Run: ``.venv/bin/python -m pytest -q test/e2e``.
 """
 
 from __future__ import annotations

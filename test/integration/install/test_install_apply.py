@@ -5,9 +5,8 @@ Each test gets its own control plane (etcd, apiserver, controller-manager for na
 deletion and garbage collection): the install's MutatingWebhookConfiguration (failurePolicy
 Fail) must not reach the pods of other tests in the shared one.
 
-The manifests target Kubernetes 1.27+; the local apiserver is 1.20.2, so `for_apiserver_1_20`
-turns the PodDisruptionBudgets' ``policy/v1`` into ``policy/v1beta1`` (same fields) before they
-are applied. Nothing else is changed.
+The objects are applied as written (``policy/v1`` PodDisruptionBudgets, the webhook
+configuration, the CRDs) by the control plane's own kubectl.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from install_manifests import (
     CONFIG,
     CUSTOM,
     NAMESPACE,
-    for_apiserver_1_20,
     helm_crds,
     helm_render,
     install,
@@ -163,7 +161,7 @@ async def check_install(plane: ControlPlane, objects: list[dict[str, Any]]) -> N
         "json",
         "-f",
         "-",
-        stdin=stream([o for o in for_apiserver_1_20(objects) if o["kind"] not in CUSTOM]),
+        stdin=stream([o for o in objects if o["kind"] not in CUSTOM]),
     )
     assert json.loads(again)["items"]
     await check_privileges(plane)

@@ -23,6 +23,7 @@ from gpuctrl.testing import (
     SimulatedKubelet,
     eventually,
 )
+from gpuctrl.testing.envtest import ETCD_VERSION, kubernetes_version
 
 pytestmark = pytest.mark.controlplane
 
@@ -216,3 +217,24 @@ async def test_bare_plane_admits_pods_and_dies_with_its_sigkilled_owner(
         async with ControlPlane(assets_dir=tmp_path):  # the next start, even a failed one ...
             pass
     assert leftovers(info["directory"], info["pids"]) == []  # ... removes the folder
+
+
+async def test_the_suite_talks_to_the_release_it_claims(
+    control_plane: ControlPlane, kube_api: ApiClient
+) -> None:
+    """The shared control plane is the release the README and $GPUCTRL_K8S_VERSION name, and
+    each of its components says so."""
+    info = await client.VersionApi(kube_api).get_code()
+    assert info.git_version == f"v{kubernetes_version()}" == control_plane.version
+    assert (info.major, info.minor) == ("1", kubernetes_version().split(".")[1])
+    for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        process = await asyncio.create_subprocess_exec(
+            str(control_plane.assets_dir / name), "--version", stdout=asyncio.subprocess.PIPE
+        )
+        said, _ = await process.communicate()
+        assert said.decode().strip() == f"Kubernetes v{kubernetes_version()}"
+    etcd = await asyncio.create_subprocess_exec(
+        str(control_plane.assets_dir / "etcd"), "--version", stdout=asyncio.subprocess.PIPE
+    )
+    said, _ = await etcd.communicate()
+    assert f"etcd Version: {ETCD_VERSION}\n" in said.decode()

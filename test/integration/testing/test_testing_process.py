@@ -304,6 +304,51 @@ async def test_deletion_sends_sigterm_and_waits_the_grace_period(
 
 
 @pytest.mark.gpu_nodes(count=1)
+async def test_sidecars_of_a_finished_pod_get_sigterm_last_declared_first(
+    gpu_nodes: SimulatedKubelet, kube_api: ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(kube_api)
+    node = gpu_nodes.nodes[0]
+    assert node.root is not None
+    (node.root / "out").mkdir()
+    mounts = [{"name": "out", "mountPath": "/out"}]
+    sidecars = [
+        {
+            "name": name,
+            "image": "shell",
+            "restartPolicy": "Always",
+            "command": ["sh", "-c", f"trap 'echo {name} >> /out/stopped; exit {code}' TERM; "
+                        f"touch /out/{name}-up; while true; do sleep 0.1; done"],
+            "volumeMounts": mounts,
+        }
+        for name, code in (("first", 3), ("second", 4))
+    ]  # fmt: skip
+    # The job waits until both handlers are set: a SIGTERM before would be lost (PID 1).
+    script = "while ! test -e /out/first-up -a -e /out/second-up; do sleep 0.1; done"
+    pod = _shell_pod("finishing", node.name, script, container={"volumeMounts": mounts})
+    pod["spec"].update(
+        initContainers=sidecars, volumes=[{"name": "out", "hostPath": {"path": "/out"}}]
+    )
+    behaviors = {"first": {"process": True}, "second": {"process": True}, "main": {"process": True}}
+    pod["metadata"]["annotations"][BEHAVIOR_ANNOTATION] = json.dumps(behaviors)
+    await core.create_namespaced_pod(namespace, pod)
+
+    async def stopped() -> list[dict[str, Any]]:
+        status = (await _read_pod(kube_api, namespace, "finishing")).get("status", {})
+        assert status.get("phase") == "Succeeded", status
+        statuses = status["initContainerStatuses"]
+        assert all("terminated" in s["state"] for s in statuses), statuses
+        return list(statuses)
+
+    first, second = await eventually(stopped, within=20)
+
+    assert (node.root / "out/stopped").read_text() == "second\nfirst\n"
+    # Each exit code is its process's own.
+    assert first["state"]["terminated"]["exitCode"] == 3
+    assert second["state"]["terminated"]["exitCode"] == 4
+
+
+@pytest.mark.gpu_nodes(count=1)
 async def test_gpuctrl_toolkit_daemonset_installs_cleans_up_on_delete_and_survives_power_cut(
     gpu_nodes: SimulatedKubelet, kube_api: ApiClient, namespace: str
 ) -> None:

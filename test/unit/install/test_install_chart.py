@@ -194,6 +194,8 @@ def test_values_written_for_nvidias_chart_with_a_node_local_repo_and_istio() -> 
         assert namespace in (None, "gpu-operator", "default"), obj["metadata"]
     configuration = only(rendered, "MutatingWebhookConfiguration")
     assert configuration["webhooks"][0]["clientConfig"]["service"]["namespace"] == "gpu-operator"
+    selector = {"matchLabels": {"kubernetes.io/metadata.name": "gpu-operator"}}
+    assert configuration["webhooks"][0]["namespaceSelector"] == selector
     for binding in (o for o in rendered if o["kind"].endswith("RoleBinding")):
         assert binding["subjects"][0]["namespace"] == "gpu-operator"
     manager = next(o for o in rendered if o["metadata"]["name"] == "gpuctrl-manager")

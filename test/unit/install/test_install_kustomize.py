@@ -11,6 +11,7 @@ import pytest
 from install_manifests import CONFIG, NAMESPACE, REPO, by_key, kubectls, kustomize
 
 from api.v1alpha1._component import AGENT_VERSION
+from webhooks._configuration import NOT_A_MIRROR_POD
 
 INSTALL = kustomize(CONFIG / "default")
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
@@ -147,7 +148,12 @@ def test_webhook_configuration() -> None:
     assert webhook["reinvocationPolicy"] == "IfNeeded"
     assert webhook["admissionReviewVersions"] == ["v1"]
     assert webhook["objectSelector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "gpuctrl"}}
-    assert "namespaceSelector" not in webhook
+    assert webhook["namespaceSelector"] == {
+        "matchLabels": {
+            "kubernetes.io/metadata.name": webhook["clientConfig"]["service"]["namespace"]
+        }
+    }
+    assert webhook["matchConditions"] == [NOT_A_MIRROR_POD]
     assert webhook["rules"] == [
         {
             "apiGroups": [""],
