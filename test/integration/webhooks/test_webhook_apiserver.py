@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from kubernetes_asyncio.client import ApiClient
 
 from gpuctrl.cli import main
-from gpuctrl.runtime import Client, Resource
+from gpuctrl.runtime import ApiError, Client, Resource
 from gpuctrl.runtime.webhook import WebhookServer
 from gpuctrl.testing import (
     ControlPlane,
@@ -33,7 +33,12 @@ from gpuctrl.testing import (
     write_secret_volume,
 )
 from webhooks._certmanager import SECRET_NAME, CertificateManager
-from webhooks._configuration import published_bundle, read_configuration
+from webhooks._configuration import (
+    CONFIGURATION_NAME,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    published_bundle,
+    read_configuration,
+)
 from webhooks._handler import MUTATE_PATH, POD_POLICIES, PodPolicyHandler, PolicySet
 from webhooks._pki import BUNDLE_KEY, CERT_KEY, KEY_KEY, Lifetimes, next_secret_data
 
@@ -174,6 +179,38 @@ async def test_dry_run_and_pods_of_other_namespaces(
         "POST", PODS.path(other), query={"dryRun": "All"}, body=workload_pod(other)
     )
     assert "team" not in pod["metadata"]["labels"], "only the operands' namespace is changed"
+
+
+@pytest.mark.usefixtures("crds")
+async def test_an_outage_blocks_only_the_operands_namespace(
+    control_plane: ControlPlane, kube_api: ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    """With the webhook down (failurePolicy Fail), a pod labelled managed-by gpuctrl elsewhere
+    is admitted: the configuration selects the operands' namespace by its name label."""
+    process = await start_webhook(
+        control_plane, namespace, free_port(), "--manage-certificates",
+        "--cert-dir", str(tmp_path / "certs"),
+    )  # fmt: skip
+    client = Client(kube_api)
+
+    async def configured() -> bool:
+        return published_bundle(await read_configuration(client)) is not None
+
+    await eventually(configured, within=30)
+    process.terminate()
+    await process.wait()
+    dry_run = {"dryRun": "All"}
+    try:
+        other = await client.request(
+            "POST", PODS.path("default"), query=dry_run, body=workload_pod("default")
+        )
+        assert other["metadata"]["namespace"] == "default"
+        with pytest.raises(ApiError, match="failed calling webhook"):
+            await client.request(
+                "POST", PODS.path(namespace), query=dry_run, body=workload_pod(namespace)
+            )
+    finally:
+        await client.delete(MUTATING_WEBHOOK_CONFIGURATIONS, CONFIGURATION_NAME)
 
 
 async def test_certificates_rotate_while_the_apiserver_keeps_calling(
