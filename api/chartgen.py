@@ -37,13 +37,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from api.crdgen import crd_files, structural
+from api.crdgen import crd_files
 from api.v1alpha1 import ClusterPolicySpec, PodPolicySpec
+from api.v1alpha1._base import DNS_SUBDOMAIN
+from api.v1alpha1._schema import JsonSchema, model_schema
 from api.v1alpha1._toolkit import RuntimeImage
 
 __all__ = ["chart_files", "known_keys", "main", "spec_fields", "values_schema"]
 
-JsonSchema = dict[str, Any]
 # key -> True (copied whole), "intOrString" (copied, "1" as 1) or the Fields of its sub-keys
 Fields = dict[str, Any]
 
@@ -68,7 +69,7 @@ def _sections() -> dict[str, type[BaseModel]]:
 
 def _fields_of(model: type[BaseModel], skipped: set[str]) -> Fields:
     hints = typing.get_type_hints(model)
-    properties = _model_schema(model)["properties"]
+    properties = model_schema(model)["properties"]
     out: Fields = {}
     for name, field in model.model_fields.items():
         wire = field.alias or name
@@ -92,11 +93,6 @@ def spec_fields() -> Fields:
         section: _fields_of(model, _NOT_COPIED.get(section, set()))
         for section, model in _sections().items()
     }
-
-
-def _model_schema(model: type[BaseModel]) -> JsonSchema:
-    schema = model.model_json_schema(by_alias=True)
-    return structural(schema, schema.get("$defs", {}))
 
 
 def _lenient(schema: JsonSchema, *, nullable: bool) -> JsonSchema:
@@ -152,8 +148,6 @@ def _object(description: str, properties: dict[str, JsonSchema] | None = None) -
 
 
 _K8S = "a Kubernetes object, as in a Pod spec"
-# A DNS-1123 subdomain, as Kubernetes requires of object names.
-_OBJECT_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _POD_PLACEMENT: dict[str, JsonSchema] = {
     "replicas": {"type": "integer", "minimum": 1, "description": "Number of replicas."},
     "resources": _object("Resources of the container (requests, limits)."),
@@ -240,14 +234,14 @@ def _chart_values() -> dict[str, JsonSchema]:
                     "type": "boolean",
                     "description": "NVIDIA's name for create; false also skips it.",
                 },
-                "name": _string("Name of the ClusterPolicy.", pattern=_OBJECT_NAME),
+                "name": _string("Name of the ClusterPolicy.", pattern=DNS_SUBDOMAIN),
             },
         ),
         "podPolicies": {
             "type": "object",
             "description": "PodPolicies to create, by name.",
-            "propertyNames": {"pattern": _OBJECT_NAME},
-            "additionalProperties": _strict(_model_schema(PodPolicySpec)),
+            "propertyNames": {"pattern": DNS_SUBDOMAIN},
+            "additionalProperties": _strict(model_schema(PodPolicySpec)),
         },
         "extraObjects": {
             "type": "array",
@@ -261,9 +255,9 @@ def values_schema() -> JsonSchema:
     """The chart's ``values.schema.json``."""
     properties: dict[str, JsonSchema] = {}
     for section, model in _sections().items():
-        properties[section] = _lenient(_model_schema(model), nullable=True)
+        properties[section] = _lenient(model_schema(model), nullable=True)
     toolkit = properties["toolkit"]["properties"]
-    runtime = _lenient(_model_schema(RuntimeImage), nullable=True)["properties"]
+    runtime = _lenient(model_schema(RuntimeImage), nullable=True)["properties"]
     for key in ("repository", "image", "version"):
         toolkit[key] = {
             **runtime[key],

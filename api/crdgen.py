@@ -1,8 +1,9 @@
 """Generate the CustomResourceDefinitions from the pydantic models (``make manifests``).
 
-The models are the single source of truth: `crd_files` turns each kind's JSON schema into a
-structural ``openAPIV3Schema`` (references inlined, optional fields plain, ``int | str`` as
-int-or-string, free-form maps preserved) and returns the YAML text of each CRD by file name.
+The models are the single source of truth: `crd_files` puts each kind's structural schema
+(`api.v1alpha1._schema.model_schema`: references inlined, optional fields plain, ``int | str``
+as int-or-string, free-form maps preserved, the fields' CEL rules as
+``x-kubernetes-validations``) into its CRD and returns the YAML text of each CRD by file name.
 ``python -m api.crdgen DIR`` writes them into DIR.
 """
 
@@ -20,28 +21,9 @@ from pydantic import BaseModel
 
 from api.v1alpha1 import ClusterPolicySpec, ClusterPolicyStatus, PodPolicySpec, PodPolicyStatus
 from api.v1alpha1._clusterpolicy import GROUP, VERSION
+from api.v1alpha1._schema import model_schema
 
-__all__ = ["crd_files", "main", "structural"]
-
-JsonSchema = dict[str, Any]
-_KEPT = (
-    "description",
-    "type",
-    "enum",
-    "pattern",
-    "format",
-    "minimum",
-    "maximum",
-    "minLength",
-    "maxLength",
-    "minItems",
-    "maxItems",
-    "default",
-    "required",
-    "x-kubernetes-int-or-string",
-    "x-kubernetes-list-type",
-    "x-kubernetes-list-map-keys",
-)
+__all__ = ["crd_files", "main"]
 
 
 @dataclass(frozen=True)
@@ -84,74 +66,17 @@ KINDS = (
 )
 
 
-def structural(schema: JsonSchema, defs: dict[str, JsonSchema]) -> JsonSchema:
-    """A structural-schema copy of pydantic JSON ``schema``, whose ``$ref``s point into ``defs``."""
-    if "$ref" in schema:
-        target = structural(defs[schema["$ref"].rsplit("/", 1)[1]], defs)
-        return {**target, **_kept(schema)}
-    if "allOf" in schema and len(schema["allOf"]) == 1:
-        return {**structural(schema["allOf"][0], defs), **_kept(schema)}
-    if "anyOf" in schema:
-        return _any_of(schema, defs)
-    out = _kept(schema)
-    if "properties" in schema:
-        out["properties"] = {k: _property(v, defs) for k, v in schema["properties"].items()}
-    if "items" in schema:
-        out["items"] = structural(schema["items"], defs)
-    extra = schema.get("additionalProperties")
-    if isinstance(extra, dict):
-        out["additionalProperties"] = structural(extra, defs)
-    elif extra is True and "properties" not in schema:
-        out["x-kubernetes-preserve-unknown-fields"] = True
-    return out
-
-
-def _property(schema: JsonSchema, defs: dict[str, JsonSchema]) -> JsonSchema:
-    out = structural(schema, defs)
-    # A section with a default_factory: default it to {} so the apiserver fills in its fields.
-    if "$ref" in schema and "default" not in out:
-        out["default"] = {}
-    return out
-
-
-def _any_of(schema: JsonSchema, defs: dict[str, JsonSchema]) -> JsonSchema:
-    options = [o for o in schema["anyOf"] if o.get("type") != "null"]
-    types = sorted(o.get("type", "") for o in options)
-    if types == ["integer", "string"]:
-        out = _kept(schema)
-        out["x-kubernetes-int-or-string"] = True
-        return out
-    if len(options) != 1:
-        raise ValueError(f"no structural form for anyOf {schema['anyOf']}")
-    # An optional field: the apiserver leaves it out rather than storing null.
-    return {**structural(options[0], defs), **_kept(schema)}
-
-
-def _kept(schema: JsonSchema) -> JsonSchema:
-    out = {k: schema[k] for k in _KEPT if k in schema}
-    # kube-apiserver 1.20 reads an empty-string default as null and rejects the CRD; the
-    # models fill in both anyway.
-    if "default" in out and out["default"] in (None, ""):
-        del out["default"]
-    return out
-
-
-def _model_schema(model: type[BaseModel]) -> JsonSchema:
-    schema = model.model_json_schema(by_alias=True)
-    return structural(schema, schema.get("$defs", {}))
-
-
 def crd(kind: Kind) -> dict[str, Any]:
     """The CustomResourceDefinition of ``kind``."""
     properties: dict[str, Any] = {
         "apiVersion": {"type": "string", "description": "gpuctrl.io/v1alpha1"},
         "kind": {"type": "string", "description": kind.kind},
         "metadata": {"type": "object"},
-        "spec": {**_model_schema(kind.spec), "default": {}},
+        "spec": {**model_schema(kind.spec), "default": {}},
     }
     version: dict[str, Any] = {"name": VERSION, "served": True, "storage": True}
     if kind.status is not None:
-        properties["status"] = _model_schema(kind.status)
+        properties["status"] = model_schema(kind.status)
         version["subresources"] = {"status": {}}
     version["additionalPrinterColumns"] = list(kind.columns)
     version["schema"] = {

@@ -19,6 +19,7 @@ from api.v1alpha1._deviceplugin import DevicePluginSpec
 from api.v1alpha1._driver import CertConfig, DriverSpec, RepoConfig
 from api.v1alpha1._podpolicy import (
     LabelSelector,
+    LabelSelectorRequirement,
     Mesh,
     MeshOptOut,
     PodPolicy,
@@ -32,7 +33,6 @@ from api.v1alpha1._quantity import parse_quantity
 from api.v1alpha1._selector import (
     COMPONENT_LABEL,
     selector_matches,
-    selector_problems,
     targets_pod,
 )
 from api.v1alpha1._status import ClusterPolicyStatus, Condition, State
@@ -74,6 +74,7 @@ __all__ = [
     "Image",
     "InvalidPolicy",
     "LabelSelector",
+    "LabelSelectorRequirement",
     "LocalObjectReference",
     "Mesh",
     "MeshOptOut",
@@ -103,7 +104,6 @@ __all__ = [
     "mesh_opt_outs",
     "parse_quantity",
     "selector_matches",
-    "selector_problems",
     "targets_pod",
     "validate",
     "validate_pod_policy",

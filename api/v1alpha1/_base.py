@@ -2,6 +2,7 @@
 
 Every model is frozen, forbids unknown fields, speaks camelCase on the wire (``model_validate``
 of a YAML mapping, ``model_dump(by_alias=True)``) and accepts the Python field names too.
+The CEL rules declared here (`api.v1alpha1._cel`) are in the CRDs and in `validate` alike.
 """
 
 from __future__ import annotations
@@ -18,18 +19,34 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from api.v1alpha1._cel import Rule, cel_rules, interpolated, quoted
+
 __all__ = [
+    "DNS_LABEL",
+    "DNS_SUBDOMAIN",
+    "MAX_LIST_ITEMS",
     "ApiModel",
     "ApiObject",
+    "DnsLabel",
     "EnvVar",
     "LabelMap",
     "LocalObjectReference",
+    "ObjectName",
     "PullPolicy",
     "Quantity",
     "ResourceRequirements",
     "Toleration",
     "wire",
 ]
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_LABEL = rf"^{_LABEL}$"
+"""RE2 pattern of a DNS label (RFC 1123), at most 63 characters: a runtime handler's name."""
+DNS_SUBDOMAIN = rf"^{_LABEL}(\.{_LABEL})*$"
+"""RE2 pattern of a DNS subdomain (RFC 1123), at most 253 characters: an object's name."""
+MAX_LIST_ITEMS = 256
+"""The most items of a list a CEL rule reads (the apiserver's rule cost budget needs a bound):
+far more than any policy has."""
 
 
 class ApiModel(BaseModel):
@@ -87,6 +104,37 @@ Quantity = Annotated[
 LabelMap = dict[str, str]
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 
+# The name of an object in the operator's namespace (a ConfigMap, a Secret, a PriorityClass).
+ObjectName = Annotated[
+    str,
+    Field(
+        max_length=253,
+        json_schema_extra=cel_rules(
+            Rule(
+                rule=f"self.matches({quoted(DNS_SUBDOMAIN)})",
+                message_expression=interpolated(
+                    "'{self}' is not a valid object name (lower-case DNS subdomain)"
+                ),
+            )
+        ),
+    ),
+]
+# The name of a runtime handler (a RuntimeClass's handler, a containerd runtime).
+DnsLabel = Annotated[
+    str,
+    Field(
+        max_length=63,
+        json_schema_extra=cel_rules(
+            Rule(
+                rule=f"self.matches({quoted(DNS_LABEL)})",
+                message_expression=interpolated(
+                    "'{self}' is not a DNS label (a runtime handler name)"
+                ),
+            )
+        ),
+    ),
+]
+
 
 class ResourceRequirements(ApiModel):
     """Compute resources of a container, as in a Pod spec."""
@@ -102,6 +150,26 @@ class ResourceRequirements(ApiModel):
 class Toleration(ApiModel):
     """A Pod toleration, as in a Pod spec."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            Rule(
+                rule="has(self.key) && self.key != '' || "
+                "has(self.operator) && self.operator == 'Exists'",
+                message="an empty key requires operator Exists",
+            ),
+            Rule(
+                rule="!has(self.operator) || self.operator != 'Exists' || "
+                "!has(self.value) || self.value == ''",
+                message="value must be empty with operator Exists",
+            ),
+            Rule(
+                rule="!has(self.tolerationSeconds) || "
+                "has(self.effect) && self.effect == 'NoExecute'",
+                message="tolerationSeconds is only allowed with effect NoExecute",
+            ),
+        )
+    )
+
     key: str | None = Field(default=None, description="Taint key; empty with Exists = all.")
     operator: Literal["Exists", "Equal"] | None = Field(
         default=None, description="Exists or Equal (default Equal)."
@@ -115,10 +183,23 @@ class Toleration(ApiModel):
     )
 
 
+_ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+
+
 class EnvVar(ApiModel):
     """An environment variable with a literal value."""
 
-    name: str = Field(min_length=1, description="Variable name.")
+    name: str = Field(
+        min_length=1,
+        max_length=4096,  # a bound for the rule's cost, no limit of Kubernetes
+        description="Variable name.",
+        json_schema_extra=cel_rules(
+            Rule(
+                rule=f"self.matches({quoted(_ENV_NAME)})",
+                message_expression=interpolated("'{self}' is not a valid variable name"),
+            )
+        ),
+    )
     value: str = Field(default="", description="Variable value.")
 
 

@@ -6,7 +6,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from api.v1alpha1._base import ApiModel, LabelMap, Toleration
+from api.v1alpha1._base import (
+    MAX_LIST_ITEMS,
+    ApiModel,
+    DnsLabel,
+    LabelMap,
+    ObjectName,
+    Toleration,
+)
 
 __all__ = ["DaemonsetsSpec", "OperatorSpec", "RollingUpdate"]
 
@@ -38,9 +45,11 @@ class DaemonsetsSpec(ApiModel):
         default_factory=dict, description="Annotations added to operand pods."
     )
     tolerations: list[Toleration] = Field(
-        default_factory=_default_tolerations, description="Tolerations of operand pods."
+        default_factory=_default_tolerations,
+        max_length=MAX_LIST_ITEMS,
+        description="Tolerations of operand pods.",
     )
-    priority_class_name: str = Field(
+    priority_class_name: ObjectName = Field(
         default="system-node-critical", description="Priority class of operand pods."
     )
     update_strategy: Literal["RollingUpdate", "OnDelete"] = Field(
@@ -62,7 +71,7 @@ class DaemonsetsSpec(ApiModel):
 class OperatorSpec(ApiModel):
     """Operator-wide settings."""
 
-    runtime_class: str = Field(
+    runtime_class: DnsLabel = Field(
         default="nvidia", description="Name of the RuntimeClass gpuctrl creates for GPU pods."
     )
     labels: LabelMap = Field(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from api.v1alpha1._component import Component
+from api.v1alpha1._component import Component, ImageVersion
 
 __all__ = ["DevicePluginSpec"]
 
@@ -14,4 +14,4 @@ class DevicePluginSpec(Component):
 
     repository: str = Field(default="nvcr.io/nvidia", description="Image registry/path.")
     image: str = Field(default="k8s-device-plugin", description="Image name.")
-    version: str = Field(default="v0.17.0", description="Image tag or sha256: digest.")
+    version: ImageVersion = Field(default="v0.17.0", description="Image tag or sha256: digest.")

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
-from api.v1alpha1._base import ApiModel, ApiObject, LabelMap, ResourceRequirements
+from api.v1alpha1._base import (
+    MAX_LIST_ITEMS,
+    ApiModel,
+    ApiObject,
+    LabelMap,
+    ResourceRequirements,
+)
+from api.v1alpha1._cel import Rule, cel_rules, interpolated, literal
 from api.v1alpha1._status import Condition
 
 __all__ = [
     "MESH_OPT_OUTS",
     "LabelSelector",
+    "LabelSelectorRequirement",
     "Mesh",
     "MeshOptOut",
     "PodPolicy",
@@ -55,12 +63,44 @@ def mesh_opt_outs(meshes: list[Mesh]) -> tuple[dict[str, str], dict[str, str]]:
     return labels, annotations
 
 
+_NO_VALUES = f"self.operator in {literal(('Exists', 'DoesNotExist'))}"
+_HAS_VALUES = "has(self.values) && size(self.values) > 0"
+
+
+class LabelSelectorRequirement(ApiModel):
+    """One requirement of a label selector's ``matchExpressions``, as in Kubernetes."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            Rule(
+                rule=f"{_NO_VALUES} || {_HAS_VALUES}",
+                message_expression=interpolated("operator {op} needs values", op="self.operator"),
+            ),
+            Rule(
+                rule=f"!({_NO_VALUES}) || !({_HAS_VALUES})",
+                message_expression=interpolated(
+                    "operator {op} takes no values", op="self.operator"
+                ),
+            ),
+        )
+    )
+
+    key: str = Field(min_length=1, description="The label key the requirement reads.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="In, NotIn (the label's value is, is not among values), Exists or "
+        "DoesNotExist (the label is, is not set; no values)."
+    )
+    values: list[str] = Field(default_factory=list, description="Values for In and NotIn.")
+
+
 class LabelSelector(ApiModel):
     """A Kubernetes label selector."""
 
     match_labels: LabelMap = Field(default_factory=dict, description="Labels a pod must have.")
-    match_expressions: list[dict[str, Any]] = Field(
-        default_factory=list, description="Selector requirements (key, operator, values)."
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list,
+        max_length=MAX_LIST_ITEMS,
+        description="Requirements a pod's labels must all meet.",
     )
 
 

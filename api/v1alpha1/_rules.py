@@ -1,6 +1,8 @@
-"""The field rules `validate` applies: names, labels, env, tolerations, images, resources.
+"""The field rules `validate` applies in Python: labels, toleration keys, images, resources.
 
-Each rule yields `Problem`s for one field (a wire path) and never stops at the first one.
+Each rule yields `Problem`s for one field (a wire path) and never stops at the first one. These
+are the rules the CRDs' CEL cannot carry: per-key paths of a map, image references composed at
+render time, quantity arithmetic (see `api.v1alpha1._cel` for the others).
 """
 
 from __future__ import annotations
@@ -10,26 +12,20 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from api.v1alpha1._base import EnvVar, ResourceRequirements, Toleration
+from api.v1alpha1._base import DNS_SUBDOMAIN, ResourceRequirements, Toleration
 from api.v1alpha1._quantity import parse_quantity
 
 __all__ = [
     "Problem",
     "annotation_problems",
-    "env_problems",
     "image_problems",
-    "label_name_problems",
     "label_problems",
-    "name_problems",
     "resource_problems",
     "toleration_problems",
 ]
 
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
-_DNS_LABEL_ONLY = re.compile(rf"^{_DNS_LABEL}$")
+_DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN)
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 # The distribution reference grammar: [host[:port]/]path[:tag][@digest].
 _IMAGE = re.compile(
     r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
@@ -54,18 +50,6 @@ def image_problems(path: str, reference: str) -> Iterator[Problem]:
     """A problem when ``reference`` is not a well-formed image reference."""
     if not _IMAGE.match(reference) or len(reference) > 512:
         yield Problem(path, f"{reference!r} is not a well-formed image reference")
-
-
-def label_name_problems(path: str, name: str) -> Iterator[Problem]:
-    """A problem when ``name`` is not a DNS label (a runtime handler's name)."""
-    if len(name) > 63 or not _DNS_LABEL_ONLY.match(name):
-        yield Problem(path, f"{name!r} is not a DNS label (a runtime handler name)")
-
-
-def name_problems(path: str, name: str) -> Iterator[Problem]:
-    """A problem when ``name`` is not a valid object name (a DNS subdomain)."""
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-        yield Problem(path, f"{name!r} is not a valid object name (lower-case DNS subdomain)")
 
 
 def _qualified_name_problem(key: str) -> str | None:
@@ -95,29 +79,17 @@ def annotation_problems(path: str, annotations: Mapping[str, str]) -> Iterator[P
             yield Problem(f"{path}[{key}]", problem)
 
 
-def env_problems(path: str, env: list[EnvVar]) -> Iterator[Problem]:
-    """Problems of environment variable names."""
-    for i, var in enumerate(env):
-        if not _ENV_NAME.match(var.name):
-            yield Problem(f"{path}[{i}].name", f"{var.name!r} is not a valid variable name")
-
-
 def toleration_problems(path: str, tolerations: list[Toleration]) -> Iterator[Problem]:
-    """Tolerations the apiserver would reject, and why."""
+    """Problems of toleration keys (qualified names) and values (label values); the rules
+    across a toleration's fields are `Toleration`'s CEL rules."""
     for i, toleration in enumerate(tolerations):
         where = f"{path}[{i}]"
         if toleration.key:
             problem = _qualified_name_problem(toleration.key)
             if problem:
                 yield Problem(f"{where}.key", problem)
-        elif toleration.operator != "Exists":
-            yield Problem(f"{where}.operator", "an empty key requires operator Exists")
-        if toleration.operator == "Exists" and toleration.value:
-            yield Problem(f"{where}.value", "must be empty with operator Exists")
         if toleration.value and not _LABEL_NAME.match(toleration.value):
             yield Problem(f"{where}.value", f"{toleration.value!r} is not a valid label value")
-        if toleration.toleration_seconds is not None and toleration.effect != "NoExecute":
-            yield Problem(f"{where}.tolerationSeconds", "only allowed with effect NoExecute")
 
 
 def resource_problems(path: str, resources: ResourceRequirements | None) -> Iterator[Problem]:

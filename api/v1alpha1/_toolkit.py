@@ -6,8 +6,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from api.v1alpha1._base import ApiModel
-from api.v1alpha1._component import AGENT_REPOSITORY, AGENT_VERSION, Component, Image
+from api.v1alpha1._base import ApiModel, DnsLabel
+from api.v1alpha1._component import (
+    AGENT_REPOSITORY,
+    AGENT_VERSION,
+    Component,
+    Image,
+    ImageVersion,
+)
 
 __all__ = [
     "CONTAINERD_DEFAULTS",
@@ -41,7 +47,7 @@ class ContainerdSettings(ApiModel):
         description="containerd's config file (for k3s/RKE2/microk8s: the template file).",
     )
     socket_path: str | None = Field(default=None, pattern=r"^/", description="containerd's socket.")
-    runtime_class_name: str | None = Field(
+    runtime_class_name: DnsLabel | None = Field(
         default=None,
         description="Name of the runtime (handler) added to containerd; unset = the "
         "operator's runtimeClass.",
@@ -123,7 +129,7 @@ class RuntimeImage(Image):
 
     repository: str = Field(default="nvcr.io/nvidia/k8s", description="Image registry/path.")
     image: str = Field(default="container-toolkit", description="Image name.")
-    version: str = Field(
+    version: ImageVersion = Field(
         default="v1.17.8-ubuntu20.04",
         description="Image tag (a variant with a shell) or sha256: digest.",
     )
@@ -142,7 +148,7 @@ class ToolkitSpec(Component):
         default=AGENT_REPOSITORY, description="gpuctrl's agent image: registry/path."
     )
     image: str = Field(default="gpuctrl", description="gpuctrl's agent image: name.")
-    version: str = Field(
+    version: ImageVersion = Field(
         default=AGENT_VERSION, description="gpuctrl's agent image: tag or sha256: digest."
     )
     install_dir: str = Field(

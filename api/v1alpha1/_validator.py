@@ -7,14 +7,16 @@ from typing import Any
 from pydantic import Field
 
 from api.v1alpha1._base import (
+    MAX_LIST_ITEMS,
     ApiModel,
     EnvVar,
     LabelMap,
+    ObjectName,
     PullPolicy,
     ResourceRequirements,
     Toleration,
 )
-from api.v1alpha1._component import AGENT_REPOSITORY, AGENT_VERSION, Component
+from api.v1alpha1._component import AGENT_REPOSITORY, AGENT_VERSION, Component, ImageVersion
 
 __all__ = ["ValidatorCheck", "ValidatorSpec", "ValidatorWorkloads"]
 
@@ -38,7 +40,7 @@ class ValidatorWorkloads(ApiModel):
     image_pull_policy: PullPolicy = Field(
         default="IfNotPresent", description="Pull policy of the workload pods' image."
     )
-    config_map_name: str | None = Field(
+    config_map_name: ObjectName | None = Field(
         default=None,
         description="ConfigMap in the operator namespace whose keys cuda.yaml and plugin.yaml "
         "hold the workload Pod templates; unset = the built-in templates.",
@@ -57,12 +59,14 @@ class ValidatorWorkloads(ApiModel):
         description="Pod security context (runAsUser, runAsNonRoot, seccompProfile, ...).",
     )
     tolerations: list[Toleration] = Field(
-        default_factory=list, description="Tolerations added to workload pods."
+        default_factory=list,
+        max_length=MAX_LIST_ITEMS,
+        description="Tolerations added to workload pods.",
     )
-    priority_class_name: str | None = Field(
+    priority_class_name: ObjectName | None = Field(
         default=None, description="Priority class of workload pods."
     )
-    runtime_class_name: str | None = Field(
+    runtime_class_name: ObjectName | None = Field(
         default=None, description="Runtime class of workload pods (default: the operator's)."
     )
     timeout_seconds: int = Field(
@@ -76,7 +80,9 @@ class ValidatorWorkloads(ApiModel):
 class ValidatorCheck(ApiModel):
     """Settings of one validator check (driver, toolkit, cuda, plugin)."""
 
-    env: list[EnvVar] = Field(default_factory=list, description="Environment of the check.")
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=MAX_LIST_ITEMS, description="Environment of the check."
+    )
 
 
 class ValidatorSpec(Component):
@@ -84,7 +90,7 @@ class ValidatorSpec(Component):
 
     repository: str = Field(default=AGENT_REPOSITORY, description="Image registry/path.")
     image: str = Field(default="gpuctrl", description="Image name.")
-    version: str = Field(default=AGENT_VERSION, description="Image tag or sha256: digest.")
+    version: ImageVersion = Field(default=AGENT_VERSION, description="Image tag or sha256: digest.")
     driver: ValidatorCheck = Field(default_factory=ValidatorCheck, description="Driver check.")
     toolkit: ValidatorCheck = Field(default_factory=ValidatorCheck, description="Toolkit check.")
     cuda: ValidatorCheck = Field(default_factory=ValidatorCheck, description="CUDA check.")

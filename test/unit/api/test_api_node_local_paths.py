@@ -3,11 +3,11 @@
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.v1alpha1 import InvalidPolicy, load_cluster_policy
-from api.v1alpha1._validation import FORBIDDEN_HOST_ROOTS, SHADOWED_IMAGE_FOLDERS
+from api.v1alpha1._driver import FORBIDDEN_HOST_ROOTS, SHADOWED_IMAGE_FOLDERS
 
 FIELD = "spec.driver.repoConfig.nodeLocalPaths[0]"
 REQUIRED = (
@@ -59,17 +59,9 @@ def test_a_system_folder_and_anything_under_it_is_refused(root: str, below: str)
         pytest.param("/opt/../etc", "'/opt/../etc' is not normalised", id="dotdot-etc"),
         pytest.param("/var/lib//kubelet", "'/var/lib//kubelet' is not normalised", id="inner-//"),
         pytest.param("/home/./u", "'/home/./u' is not normalised", id="inner-dot"),
+        pytest.param("/var", "'/var' holds /var/run, a system folder", id="var-holds-run"),
         pytest.param(
-            "/var",
-            "'/var' holds system folders (/var/run, /var/lib/kubelet, /var/lib/containerd, "
-            "/var/lib/docker, /var/lib/etcd)",
-            id="var-holds-kubelet",
-        ),
-        pytest.param(
-            "/var/lib",
-            "'/var/lib' holds system folders (/var/lib/kubelet, /var/lib/containerd, "
-            "/var/lib/docker, /var/lib/etcd)",
-            id="var-lib-holds-kubelet",
+            "/var/lib", "'/var/lib' holds /var/lib/kubelet, a system folder", id="var-lib-holds"
         ),
         pytest.param("/usr", "'/usr' would hide the driver image's own /usr", id="usr"),
         pytest.param("/usr/src", "'/usr/src' would hide the driver image's own", id="usr-src"),
@@ -103,12 +95,14 @@ def test_other_folders_are_accepted(path: str) -> None:
 _SEGMENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=8)
 
 
+@settings(deadline=None)  # the first evaluation of a CEL rule compiles it
 @given(st.sampled_from(FORBIDDEN_HOST_ROOTS), st.lists(_SEGMENT, max_size=4))
 def test_nothing_under_a_forbidden_root_passes(root: str, segments: list[str]) -> None:
     path = "/".join([root, *segments])
     assert _problems(path) != []
 
 
+@settings(deadline=None)  # the first evaluation of a CEL rule compiles it
 @given(
     st.sampled_from(FORBIDDEN_HOST_ROOTS + SHADOWED_IMAGE_FOLDERS),
     st.sampled_from(["/", "//", "/.", "/./", "/x/..", "/x/../"]),

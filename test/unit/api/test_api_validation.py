@@ -44,7 +44,7 @@ INVALID = [
     (_local("/sys/x"), f"{NODE_LOCAL}[0]: '/sys/x' is under /sys", "sys"),
     (_local("/dev/sda"), f"{NODE_LOCAL}[0]: '/dev/sda' is under /dev", "dev"),
     (_local("/run/x"), f"{NODE_LOCAL}[0]: '/run/x' is under /run", "run"),
-    (_local("/opt/a", "/opt/a"), f"{NODE_LOCAL}[1]: '/opt/a' is listed twice", "duplicate"),
+    (_local("/opt/a", "/opt/a"), f"{NODE_LOCAL}: '/opt/a' is listed twice", "duplicate"),
     (
         _local("/opt/a", config_map=None),
         f"{NODE_LOCAL}: requires repoConfig.configMapName",
@@ -111,7 +111,7 @@ INVALID = [
     ),
     (
         _spec(toolkit={"containerd": {"runtimeClassName": "x" * 64}}),
-        "spec.toolkit.containerd.runtimeClassName: 'xxxx",
+        "spec.toolkit.containerd.runtimeClassName: String should have at most 63 characters",
         "runtime-handler-long",
     ),
     (
@@ -151,17 +151,17 @@ INVALID = [
     ),
     (
         _spec(daemonsets={"tolerations": [{"operator": "Exists", "key": "k", "value": "v"}]}),
-        "spec.daemonsets.tolerations[0].value: must be empty with operator Exists",
+        "spec.daemonsets.tolerations[0]: value must be empty with operator Exists",
         "toleration-exists-value",
     ),
     (
         _spec(daemonsets={"tolerations": [{"value": "v"}]}),
-        "spec.daemonsets.tolerations[0].operator: an empty key requires operator Exists",
+        "spec.daemonsets.tolerations[0]: an empty key requires operator Exists",
         "toleration-empty-key",
     ),
     (
         _spec(validator={"workloads": {"tolerations": [{"key": "k", "tolerationSeconds": 3}]}}),
-        "spec.validator.workloads.tolerations[0].tolerationSeconds: only allowed with effect",
+        "spec.validator.workloads.tolerations[0]: tolerationSeconds is only allowed with effect",
         "toleration-seconds",
     ),
     (
