@@ -5,10 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HELM_STAMP := $(VENV)/.installed-helm
-# Debian packages the tests talk to for real (containerd's parser and daemon; bubblewrap
-# sandboxes the simulated kubelet's process-backed containers; dnf's and zypper's parsers of
-# .repo files).
-TEST_DEBIAN_PACKAGES := containerd dpkg-dev gnupg apt-utils bubblewrap python3-dnf zypper
+# Debian packages `make run` needs: bubblewrap sandboxes the simulated kubelet's
+# process-backed containers (the toolkit and validator agents run for real).
+RUN_DEBIAN_PACKAGES := bubblewrap
+# ... and those the tests also talk to for real (containerd's parser and daemon; dnf's and
+# zypper's parsers of .repo files).
+TEST_DEBIAN_PACKAGES := $(RUN_DEBIAN_PACKAGES) containerd dpkg-dev gnupg apt-utils python3-dnf zypper
 
 .PHONY: run test lint unit integration e2e bench manifests envtest test-deps clean
 
@@ -60,6 +62,7 @@ manifests: $(STAMP)
 
 # With KUBECONFIG set, run against that cluster: no local control plane to build.
 run: $(STAMP)
+	[ -n "$$KUBECONFIG" ] || bash hack/install-debian-packages.sh $(RUN_DEBIAN_PACKAGES)
 	[ -n "$$KUBECONFIG" ] || PYTHON=$(BIN)/python bash hack/envtest-assets.sh >/dev/null
 	$(BIN)/python hack/run.py
 

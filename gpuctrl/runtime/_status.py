@@ -8,10 +8,16 @@ that replaces only its own entries, each guarded by a ``test`` of the entry's ``
 index, so several controllers each owning one condition of one object do not invalidate each
 other's writes as a read-modify-write PUT does (under churn, one of seven such writers kept
 losing the compare-and-swap for seconds). Only adding an entry, or the first status, is a
-compare-and-swap on the resourceVersion. Server-side apply would be the declarative way, but
-an API server of 1.20 cannot apply single list-map entries (one condition) on ``/status``
-without taking over the whole list, and it accepts duplicate list-map keys, which the guard
-above rules out.
+compare-and-swap on the resourceVersion.
+
+Server-side apply of list-map entries on ``/status`` works on the API servers we run (1.34) and
+was measured against this patch (``test/bench/bench_status.py``, seven writers flipping their
+conditions at once from stale copies): apply sends one request per write and is never refused,
+this patch about 2.2 requests and 0.6 refusals per write, but apply's median write is about 7x
+slower (the apiserver merges managed fields; its p99 is no worse). It is not used because an apply
+removes every field its manager applied before and omits now: one writer shared by several
+controllers would need a field manager per set of keys and a restatement of the whole set on
+each write, which the callers do not promise.
 """
 
 from __future__ import annotations
