@@ -51,6 +51,7 @@ __all__ = [
     "node_state",
     "node_states",
     "owned_objects",
+    "prunable",
     "ready_components",
     "state_nodes",
     "to_honoured",
@@ -167,11 +168,36 @@ def cached_list(cache: Cache, resource: Resource, namespace: str) -> list[dict[s
 
 
 def owned_objects(
-    cache: Cache, resource: Resource, namespace: str, component: str
+    cache: Cache, resource: Resource, namespace: str, component: str, owner: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """gpuctrl's cached objects of ``resource`` labelled with ``component``."""
+    """The cached objects of ``resource`` labelled with ``component`` that gpuctrl made for
+    ``owner`` (`prunable`): what a controller may delete once it no longer renders them."""
     found = cached_list(cache, resource, namespace)
-    return [o for o in found if _labels(o).get("app.kubernetes.io/component") == component]
+    return [
+        o
+        for o in found
+        if _labels(o).get("app.kubernetes.io/component") == component and prunable(o, owner)
+    ]
+
+
+_MANAGED_BY, _, _GPUCTRL = MANAGED_SELECTOR.partition("=")
+
+
+def prunable(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
+    """Whether gpuctrl made ``obj`` for ``owner`` (the honoured ClusterPolicy), so a controller
+    may delete it: it carries gpuctrl's managed-by label and a controller owner reference with
+    ``owner``'s uid. Nothing else is, whatever its labels: a user's object that copies them,
+    one another policy controls, one ``owner`` merely co-owns."""
+    meta = obj["metadata"]
+    uid = owner["metadata"].get("uid")
+    return (
+        bool(uid)
+        and _labels(obj).get(_MANAGED_BY) == _GPUCTRL
+        and any(
+            ref.get("controller") is True and ref.get("uid") == uid
+            for ref in meta.get("ownerReferences") or ()
+        )
+    )
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:

@@ -4,11 +4,12 @@ plugin, each an `Operand` (its component, condition and what it renders).
 A reconcile reads the honoured ClusterPolicy and the facts from the cache, renders the
 component, applies (server-side, as ``gpuctrl-<component>``, the policy as controller owner)
 each object whose render or managed fields differ from the cache, deletes the component's
-objects no longer rendered, and writes the component's condition. Any event of the policy, a
-Node's labels, a ConfigMap of the operand namespace, or the component's own objects triggers it
-(a DaemonSet's status carries its pods' readiness); nothing polls. A policy that does not
-validate, or a render that fails (a missing ConfigMap), leaves every object as it is: the last
-good state runs on.
+objects no longer rendered that gpuctrl made for the policy (`controllers._cluster.prunable`:
+a user's object with the component's labels is never touched), and writes the component's
+condition. Any event of the policy, a Node's labels, a ConfigMap of the operand namespace, or
+the component's own objects triggers it (a DaemonSet's status carries its pods' readiness);
+nothing polls. A policy that does not validate, or a render that fails (a missing ConfigMap),
+leaves every object as it is: the last good state runs on.
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ class _OperandReconciler:
     async def _prune(self, policy: Policy, desired: list[dict[str, Any]]) -> None:
         wanted = {_identity(obj) for obj in desired}
         for resource in OWNED.values():
-            found = owned_objects(self._cache, resource, self._namespace, self._operand.component)
+            component = self._operand.component
+            found = owned_objects(self._cache, resource, self._namespace, component, policy.obj)
             for obj in found:
                 if _identity(obj) in wanted:
                     continue

@@ -3,12 +3,13 @@
 A candidate tries every ``retry_period`` (jittered up to +10 %) to take the Lease: it may when
 the Lease is absent, held by nobody (released), or held by another identity whose record has
 not changed for ``leaseDurationSeconds`` as measured on the candidate's own clock (so clock
-skew between machines does not matter). Writes are compare-and-swap on resourceVersion, so two
-candidates never both win. The leader renews every ``retry_period``; if it cannot renew for
-``renew_deadline`` seconds, or sees another holder, it has lost. `LeaderElector.release`
-(on clean shutdown, after every leader runnable stopped: the manager keeps renewing until then)
-clears the holder, so a standby takes over at its next try. ``leader_election_master_status``
-is 1 while this process leads.
+skew between machines does not matter) from when it first saw that record: when the GET that
+carried it returned, however long the GET took. Writes are compare-and-swap on
+resourceVersion, so two candidates never both win. The leader renews every ``retry_period``; if
+it cannot renew for ``renew_deadline`` seconds, or sees another holder, it has lost.
+`LeaderElector.release` (on clean shutdown, after every leader runnable stopped: the manager
+keeps renewing until then) clears the holder, so a standby takes over at its next try.
+``leader_election_master_status`` is 1 while this process leads.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class LeaderElector:
         self._client = client
         self._clock = clock or SystemClock()
         self._observed: tuple[Any, ...] = ()  # the holder record last seen ...
-        self._observed_at = 0.0  # ... and when (clock.now()) it was first seen
+        self._observed_at = 0.0  # ... and when (clock.now(), after the GET) it was first seen
         self._master = _MASTER.labels(config.name)
         self.is_leader = False
 
@@ -177,7 +178,9 @@ class LeaderElector:
         spec = lease.get("spec") or {}
         record = tuple(sorted((k, str(v)) for k, v in spec.items()))
         if record != self._observed:
-            self._observed, self._observed_at = record, now
+            # Seen now, after the response (as client-go's observedTime): a GET that spans the
+            # holder's renewal must not date the renewal back to when the request was sent.
+            self._observed, self._observed_at = record, self._clock.now()
         holder = spec.get("holderIdentity")
         duration = spec.get("leaseDurationSeconds") or self.config.lease_duration
         if holder and holder != self.config.identity and now < self._observed_at + duration:

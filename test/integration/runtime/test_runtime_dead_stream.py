@@ -4,12 +4,10 @@ stale for the watch's whole 5-10 minutes."""
 
 import asyncio
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
-import yaml
 from runtime_helpers import CONFIGMAPS, configmap
-from tcp_proxy import FreezableProxy
+from tcp_proxy import FreezableProxy, through, upstream_of
 
 from gpuctrl.runtime import Client, Manager
 from gpuctrl.testing import ControlPlane, eventually
@@ -17,24 +15,11 @@ from gpuctrl.testing import ControlPlane, eventually
 pytestmark = pytest.mark.controlplane
 
 
-def through(kubeconfig: Path, port: int, path: Path) -> Path:
-    """A copy of ``kubeconfig`` whose server is 127.0.0.1:``port``."""
-    config = yaml.safe_load(kubeconfig.read_text())
-    for cluster in config["clusters"]:
-        cluster["cluster"]["server"] = f"https://127.0.0.1:{port}"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 async def test_a_silent_watch_is_dropped_and_the_cache_catches_up(
     control_plane: ControlPlane, client: Client, namespace: str, tmp_path: Path
 ) -> None:
-    config = yaml.safe_load(control_plane.kubeconfig.read_text())
-    server = urlsplit(config["clusters"][0]["cluster"]["server"])
-    assert server.hostname is not None
-    assert server.port is not None
     await client.create(CONFIGMAPS, configmap("watched", namespace, value="1"))
-    async with FreezableProxy(server.hostname, server.port) as proxy:
+    async with FreezableProxy(*upstream_of(control_plane.kubeconfig)) as proxy:
         kubeconfig = through(control_plane.kubeconfig, proxy.port, tmp_path / "proxied")
         manager = await Manager.create(
             kubeconfig,

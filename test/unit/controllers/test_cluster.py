@@ -20,6 +20,8 @@ from controllers._cluster import (
     informers,
     node_role_changed,
     node_states,
+    owned_objects,
+    prunable,
     ready_components,
     to_honoured,
 )
@@ -231,3 +233,75 @@ async def test_namespaced_objects_are_watched_in_the_operand_namespace_and_roles
     assert cached(cache, ROLES, "gpuctrl", "r", "default") is not None
     assert cached(cache, ROLES, "gpuctrl", "r", "kube-system") is None  # not watched there
     assert cached(cache, DAEMON_SETS, "gpuctrl", "d", "default") is None
+
+
+POLICY = {
+    "apiVersion": "gpuctrl.io/v1alpha1",
+    "kind": "ClusterPolicy",
+    "metadata": {"name": "cluster", "uid": "policy-uid"},
+}
+GPUCTRL = {"app.kubernetes.io/managed-by": "gpuctrl", "app.kubernetes.io/component": "driver"}
+
+
+def reference(uid: str = "policy-uid", **fields: Any) -> dict[str, Any]:
+    ref = {"apiVersion": "gpuctrl.io/v1alpha1", "kind": "ClusterPolicy", "name": "cluster"}
+    return {**ref, "uid": uid, **fields}
+
+
+def config_map(name: str, labels: dict[str, str], *refs: dict[str, Any]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "gpuctrl", "labels": labels}
+    if refs:
+        meta["ownerReferences"] = list(refs)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+
+
+@pytest.mark.parametrize(
+    ("labels", "refs", "passes"),
+    [
+        pytest.param(GPUCTRL, [reference(controller=True)], True, id="made-for-the-policy"),
+        pytest.param(
+            GPUCTRL,
+            [reference("other", name="x"), reference(controller=True)],
+            True,
+            id="controller-among-other-refs",
+        ),
+        pytest.param(GPUCTRL, [], False, id="labels-right-no-owner-ref"),
+        pytest.param(
+            GPUCTRL, [reference("other-uid", controller=True)], False, id="another-policy"
+        ),
+        pytest.param(GPUCTRL, [reference()], False, id="owner-ref-not-controller"),
+        pytest.param(GPUCTRL, [reference(controller=False)], False, id="controller-false"),
+        pytest.param(
+            {"app.kubernetes.io/component": "driver"},
+            [reference(controller=True)],
+            False,
+            id="no-managed-by-label",
+        ),
+        pytest.param(
+            {**GPUCTRL, "app.kubernetes.io/managed-by": "Helm"},
+            [reference(controller=True)],
+            False,
+            id="managed-by-someone-else",
+        ),
+        pytest.param({"app.kubernetes.io/component": "driver"}, [], False, id="users-helm-label"),
+    ],
+)
+def test_only_what_gpuctrl_made_for_the_policy_is_prunable(
+    labels: dict[str, str], refs: list[dict[str, Any]], passes: bool
+) -> None:
+    assert prunable(config_map("cm", labels, *refs), POLICY) is passes
+
+
+def test_nothing_is_prunable_for_a_policy_without_a_uid() -> None:
+    unsaved = {**POLICY, "metadata": {"name": "cluster"}}
+    assert not prunable(config_map("cm", GPUCTRL, reference("", controller=True)), unsaved)
+
+
+async def test_owned_objects_leave_out_a_users_config_map_with_the_component_label(
+    cache: Cache,
+) -> None:
+    ours = config_map("gpuctrl-driver", GPUCTRL, reference(controller=True))
+    users = config_map("repo-config", {"app.kubernetes.io/component": "driver"})
+    informer(cache, CONFIG_MAPS, "gpuctrl").replace([ours, users])
+    found = owned_objects(cache, CONFIG_MAPS, "gpuctrl", "driver", POLICY)
+    assert [o["metadata"]["name"] for o in found] == ["gpuctrl-driver"]
