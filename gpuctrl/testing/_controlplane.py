@@ -19,6 +19,7 @@ import socket
 import ssl
 import tempfile
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -69,6 +70,8 @@ class ControlPlane:
 
     ``audit`` makes the apiserver log every request's metadata (user, user agent, verb,
     resource, response code) as JSON lines to `audit_log`, e.g. to count a client's writes.
+    ``admission_plugins`` are enabled besides the apiserver's default ones (e.g.
+    ``OwnerReferencesPermissionEnforcement``, on by default in OpenShift).
 
     Use as ``async with ControlPlane(...) as cp:``; `cp.kubeconfig` authenticates as an admin in
     `system:masters`. Leaving the block kills every process and removes the folder; so does a
@@ -82,10 +85,12 @@ class ControlPlane:
         scheduler: bool = False,
         assets_dir: Path | None = None,
         audit: bool = False,
+        admission_plugins: Sequence[str] = (),
     ) -> None:
         self.controller_manager = controller_manager
         self.scheduler = scheduler
         self.audit = audit
+        self.admission_plugins = tuple(admission_plugins)
         self.assets_dir = assets_dir or default_assets_dir()
         self._apiserver: Process | None = None
         self._resources: Resources | None = None
@@ -224,6 +229,8 @@ class ControlPlane:
 
     def _apiserver_argv(self) -> list[str]:
         disabled = [] if self.controller_manager else ["--disable-admission-plugins=ServiceAccount"]
+        plugins = ",".join(self.admission_plugins)
+        enabled = [f"--enable-admission-plugins={plugins}"] if plugins else []
         return [
             f"--etcd-servers={self._etcd_url}",
             "--bind-address=127.0.0.1",
@@ -242,6 +249,7 @@ class ControlPlane:
             # Simulated nodes' kubelet endpoints are on loopback, at their InternalDNS address.
             "--kubelet-preferred-address-types=InternalDNS,InternalIP,Hostname",
             *disabled,
+            *enabled,
             *self._audit_argv(),
         ]
 

@@ -2,8 +2,9 @@
 apiserver itself, and uninstalled without a trace.
 
 Each test gets its own control plane (etcd, apiserver, controller-manager for namespace
-deletion and garbage collection): the install's MutatingWebhookConfiguration (failurePolicy
-Fail) must not reach the pods of other tests in the shared one.
+deletion and garbage collection, admission plugin OwnerReferencesPermissionEnforcement as
+OpenShift enables it): the install's MutatingWebhookConfiguration (failurePolicy Fail) must not
+reach the pods of other tests in the shared one.
 
 The objects are applied as written (``policy/v1`` PodDisruptionBudgets, the webhook
 configuration, the CRDs) by the control plane's own kubectl.
@@ -12,7 +13,7 @@ configuration, the CRDs) by the control plane's own kubectl.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from install_manifests import (
     CONFIG,
     CUSTOM,
     NAMESPACE,
+    documents,
     helm_crds,
     helm_render,
     install,
@@ -32,8 +34,10 @@ from install_manifests import (
     uninstall,
 )
 
+from controllers._kinds import CLUSTER_POLICIES, CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES, OWNED
 from controllers.render import render
 from controllers.render._inputs import read_inputs
+from gpuctrl.runtime import Client, Forbidden, new_api_client, set_controller_reference
 from gpuctrl.testing import ControlPlane
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
@@ -45,7 +49,8 @@ NODES = ROOT / "test" / "data" / "render" / "nodes.yaml"
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def plane() -> AsyncIterator[ControlPlane]:
-    async with ControlPlane(controller_manager=True) as control_plane:
+    plugins = ["OwnerReferencesPermissionEnforcement"]
+    async with ControlPlane(controller_manager=True, admission_plugins=plugins) as control_plane:
         yield control_plane
 
 
@@ -82,27 +87,85 @@ async def can_i(plane: ControlPlane, account: str, *args: str) -> bool:
     return answer.strip().splitlines()[0] == "yes"
 
 
-async def operand_rbac_as_manager(plane: ControlPlane) -> None:
-    """The operand RBAC of every sample, applied AS the manager: the apiserver's escalation
-    check admits a Role only when its creator holds every rule in it."""
+async def operands_as_manager(plane: ControlPlane) -> None:
+    """Every sample's operand objects, its ClusterPolicy their controller owner, applied (created,
+    then patched by the next sample) and pruned AS the manager, with its own calls: the
+    escalation check admits a Role only when its creator holds every rule in it,
+    OwnerReferencesPermissionEnforcement a blockOwnerDeletion reference only from who may update
+    the owner's finalizers, and RBAC writes are allowed only on the names the manager renders."""
     manager = await plane.service_account_kubeconfig(NAMESPACE, "gpuctrl-manager")
-    for sample in SAMPLES:
-        given = read_inputs([sample, NODES], NAMESPACE)
-        accounts = [
-            o
-            for o in render(given.policy, given.facts)
-            if o["kind"]
-            in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
-        ]
-        await kubectl(
-            manager,
-            "apply",
-            "--server-side",
-            "--field-manager=gpuctrl-test",
-            "-f",
-            "-",
-            stdin=stream(accounts),
-        )
+    applied: dict[tuple[str, str, str], dict[str, Any]] = {}
+    async with (
+        await new_api_client(plane.kubeconfig) as admin_api,
+        await new_api_client(manager) as manager_api,
+    ):
+        admin, client = Client(admin_api), Client(manager_api)
+        for sample in SAMPLES:
+            [policy] = [o for o in documents(sample) if o["kind"] == "ClusterPolicy"]
+            owner = await admin.apply(
+                CLUSTER_POLICIES, policy, field_manager="gpuctrl-test", force=True
+            )
+            given = read_inputs([sample, NODES], NAMESPACE)
+            for obj in render(given.policy, given.facts):
+                resource = OWNED[(obj["apiVersion"], obj["kind"])]
+                owned = set_controller_reference(owner, obj)
+                await client.apply(resource, owned, field_manager="gpuctrl-test", force=True)
+                meta = obj["metadata"]
+                applied[(obj["kind"], meta.get("namespace", ""), meta["name"])] = obj
+        for obj in applied.values():
+            meta = obj["metadata"]
+            resource = OWNED[(obj["apiVersion"], obj["kind"])]
+            await client.delete(resource, meta["name"], meta.get("namespace"), missing_ok=False)
+
+
+async def foreign_rbac_out_of_reach(plane: ControlPlane) -> None:
+    """As the manager, RBAC it does not render can be neither rewritten nor deleted, even when
+    the escalation check would pass (rules it holds; only finalizers or owner references
+    changed, which could get cluster-admin garbage-collected)."""
+    manager = await plane.service_account_kubeconfig(NAMESPACE, "gpuctrl-manager")
+    rules = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    group = "rbac.authorization.k8s.io"
+    role = {"apiVersion": f"{group}/v1", "kind": "ClusterRole", "metadata": {"name": "foreign"}}
+    binding = {
+        "apiVersion": f"{group}/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "foreign"},
+        "roleRef": {"apiGroup": group, "kind": "ClusterRole", "name": "foreign"},
+        "subjects": [{"apiGroup": group, "kind": "User", "name": "someone"}],
+    }
+    finalizer = {"metadata": {"finalizers": ["example.com/keep"]}}
+    async with (
+        await new_api_client(plane.kubeconfig) as admin_api,
+        await new_api_client(manager) as manager_api,
+    ):
+        admin, client = Client(admin_api), Client(manager_api)
+        foreign = await admin.create(CLUSTER_ROLES, {**role, "rules": rules})
+        await admin.create(CLUSTER_ROLE_BINDINGS, binding)
+        cluster_admin = await admin.get(CLUSTER_ROLES, "cluster-admin")
+        cluster_admin["metadata"] |= finalizer["metadata"]
+        attempts: dict[str, Callable[[], Awaitable[Any]]] = {
+            "update a foreign ClusterRole": lambda: client.replace(
+                CLUSTER_ROLES, {**foreign, "rules": rules * 2}
+            ),
+            "patch a foreign ClusterRole": lambda: client.merge_patch(
+                CLUSTER_ROLES, "foreign", finalizer
+            ),
+            "delete a foreign ClusterRole": lambda: client.delete(CLUSTER_ROLES, "foreign"),
+            "delete a foreign binding": lambda: client.delete(CLUSTER_ROLE_BINDINGS, "foreign"),
+            "update cluster-admin": lambda: client.replace(CLUSTER_ROLES, cluster_admin),
+            "patch cluster-admin": lambda: client.merge_patch(
+                CLUSTER_ROLES, "cluster-admin", finalizer
+            ),
+            "delete cluster-admin's binding": lambda: client.delete(
+                CLUSTER_ROLE_BINDINGS, "cluster-admin"
+            ),
+        }
+        for what, attempt in attempts.items():
+            try:
+                await attempt()
+            except Forbidden:
+                continue
+            pytest.fail(f"the manager may {what}")
 
 
 async def check_privileges(plane: ControlPlane) -> None:
@@ -120,6 +183,21 @@ async def check_privileges(plane: ControlPlane) -> None:
             f"-n={NAMESPACE}",
         ),
         ("gpuctrl-manager", "create", "events", "-n=default"),
+        # Operand RBAC: created (no name to check), patched and pruned by name.
+        ("gpuctrl-manager", "create", "clusterroles.rbac.authorization.k8s.io"),
+        ("gpuctrl-manager", "patch", "clusterroles.rbac.authorization.k8s.io/gpuctrl-driver"),
+        (
+            "gpuctrl-manager",
+            "delete",
+            "clusterrolebindings.rbac.authorization.k8s.io/gpuctrl-device-plugin",
+        ),
+        (
+            "gpuctrl-manager",
+            "patch",
+            "roles.rbac.authorization.k8s.io/gpuctrl-validator",
+            "-n=default",
+        ),
+        ("gpuctrl-manager", "update", "clusterpolicies.gpuctrl.io", "--subresource=finalizers"),
         ("gpuctrl-webhook", "list", "podpolicies.gpuctrl.io"),
         ("gpuctrl-webhook", "update", "secrets/gpuctrl-webhook-tls", f"-n={NAMESPACE}"),
         ("gpuctrl-webhook", "patch", "mutatingwebhookconfigurations/gpuctrl-pod-policy"),
@@ -137,6 +215,18 @@ async def check_privileges(plane: ControlPlane) -> None:
         ("gpuctrl-manager", "update", "leases.coordination.k8s.io/other", f"-n={NAMESPACE}"),
         ("gpuctrl-manager", "delete", "nodes"),
         ("gpuctrl-manager", "create", "pods", "-n=kube-system"),
+        # No RBAC it does not render: not cluster-admin, not its own or the webhook's.
+        ("gpuctrl-manager", "update", "clusterroles.rbac.authorization.k8s.io/cluster-admin"),
+        ("gpuctrl-manager", "patch", "clusterroles.rbac.authorization.k8s.io/cluster-admin"),
+        ("gpuctrl-manager", "delete", "clusterrolebindings.rbac.authorization.k8s.io/foreign"),
+        ("gpuctrl-manager", "patch", "clusterroles.rbac.authorization.k8s.io/gpuctrl-manager"),
+        (
+            "gpuctrl-manager",
+            "patch",
+            "roles.rbac.authorization.k8s.io/gpuctrl-webhook",
+            f"-n={NAMESPACE}",
+        ),
+        ("gpuctrl-manager", "delete", "rolebindings.rbac.authorization.k8s.io/other", "-n=default"),
         ("gpuctrl-webhook", "get", "secrets/other", f"-n={NAMESPACE}"),
         ("gpuctrl-webhook", "patch", "mutatingwebhookconfigurations/istio-sidecar-injector"),
         ("gpuctrl-webhook", "update", "podpolicies.gpuctrl.io", "--subresource=status"),
@@ -164,17 +254,10 @@ async def check_install(plane: ControlPlane, objects: list[dict[str, Any]]) -> N
         stdin=stream([o for o in objects if o["kind"] not in CUSTOM]),
     )
     assert json.loads(again)["items"]
+    await operands_as_manager(plane)
+    await foreign_rbac_out_of_reach(plane)
     await check_privileges(plane)
-    await operand_rbac_as_manager(plane)
     await uninstall(plane.kubeconfig, objects)
-    # The operands' RBAC the test applied as the manager is not the install's; remove it too.
-    await kubectl(
-        plane.kubeconfig,
-        "delete",
-        "clusterroles,clusterrolebindings",
-        "-l",
-        "app.kubernetes.io/managed-by=gpuctrl",
-    )
     assert await leftovers(plane) == []
 
 

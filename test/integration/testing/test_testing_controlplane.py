@@ -238,3 +238,16 @@ async def test_the_suite_talks_to_the_release_it_claims(
     )
     said, _ = await etcd.communicate()
     assert f"etcd Version: {ETCD_VERSION}\n" in said.decode()
+
+
+async def test_admission_plugins_are_enabled_beside_the_defaults() -> None:
+    # AlwaysPullImages is off by default and visible in what it admits; without a
+    # controller-manager ServiceAccount admission stays off, so the pod is admitted at all.
+    container = {"name": "c", "image": "busybox", "imagePullPolicy": "IfNotPresent"}
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [container]}}
+    async with (
+        ControlPlane(admission_plugins=["AlwaysPullImages"]) as plane,
+        await new_api_client(plane.kubeconfig) as api,
+    ):
+        created = await client.CoreV1Api(api).create_namespaced_pod("default", pod)
+    assert created.spec.containers[0].image_pull_policy == "Always"

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from install_manifests import CONFIG, NAMESPACE, documents, kustomize
 
+from controllers._kinds import OWNED
 from controllers.render import render
 from controllers.render._inputs import read_inputs
 
@@ -67,6 +68,7 @@ def held_by(account: str, objects: list[dict[str, Any]]) -> tuple[set[Atom], dic
 
 INSTALL = kustomize(CONFIG / "default")
 RBAC_KINDS = ("Role", "ClusterRole")
+RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
 def test_no_wildcard_in_any_rule() -> None:
@@ -128,6 +130,39 @@ def test_operand_rbac_is_a_subset_of_the_managers(sample: Path) -> None:
         held = cluster | (namespaced.get(namespace, set()) if namespace else set())
         missing = uncovered(atoms(role["rules"]), held)
         assert not missing, f"{role['kind']} {namespace}/{role['metadata']['name']}: {missing}"
+
+
+def test_manager_writes_no_rbac_but_what_it_renders() -> None:
+    # Server-side apply patches (creates when new), prune deletes: both only for the names the
+    # renderer gives the samples' RBAC objects, in their namespace ("": cluster-scoped).
+    rendered: dict[str, set[Atom]] = {}
+    for sample in SAMPLES:
+        given = read_inputs([sample, NODES], NAMESPACE)
+        for obj in render(given.policy, given.facts):
+            resource = OWNED[(obj["apiVersion"], obj["kind"])]
+            if resource.group == RBAC_GROUP:
+                writes = {
+                    (RBAC_GROUP, resource.plural, verb, obj["metadata"]["name"])
+                    for verb in ("patch", "delete")
+                }
+                rendered.setdefault(obj["metadata"].get("namespace", ""), set()).update(writes)
+    cluster, namespaced = held_by("gpuctrl-manager", INSTALL)
+    held = {"": cluster, **namespaced}
+    assert set(rendered) <= set(held)
+    for namespace, atoms_held in held.items():
+        writes = {
+            a
+            for a in atoms_held
+            if a[0] == RBAC_GROUP and a[2] not in ("get", "list", "watch", "create")
+        }
+        assert writes == rendered.get(namespace, set()), namespace or "cluster-wide"
+
+
+def test_manager_may_set_blocking_owner_references_to_its_policies() -> None:
+    # OwnerReferencesPermissionEnforcement admits blockOwnerDeletion only from who may update
+    # the owner's finalizers; every operand object carries one to its ClusterPolicy.
+    cluster, _ = held_by("gpuctrl-manager", INSTALL)
+    assert ("gpuctrl.io", "clusterpolicies/finalizers", "update", None) in cluster
 
 
 def test_subset_check_finds_a_missing_rule() -> None:
