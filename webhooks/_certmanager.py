@@ -7,6 +7,12 @@ the Secret and the webhook configuration, writes the step `next_secret_data` ask
 keeps the configuration's caBundle equal to the Secret's bundle, and copies the serving
 certificate into the server's cert folder (where the server's `CertWatcher` loads it).
 
+The install ships the Secret empty, and the webhook's ServiceAccount may not create Secrets; a
+Secret that is absent is created only where the credentials allow it (a local control plane),
+and otherwise reported as missing. A Secret of any type but ``Opaque`` is never read from or
+written to (`UnusableSecret`): one of type ``kubernetes.io/service-account-token`` would carry
+another account's token.
+
 Time: the certificates' dates are read from the injected clock - the wall time at start plus
 however far the clock moved beyond real time since - so a `FakeClock` can age them.
 """
@@ -23,7 +29,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuctrl.runtime import AlreadyExists, Client, Clock, Conflict, NotFound, Resource, SystemClock
+from gpuctrl.runtime import (
+    AlreadyExists,
+    Client,
+    Clock,
+    Conflict,
+    Forbidden,
+    NotFound,
+    Resource,
+    SystemClock,
+)
 from gpuctrl.runtime.webhook import CERT_FILE, KEY_FILE
 from webhooks._configuration import ensure_configuration, published_bundle, read_configuration
 from webhooks._pki import (
@@ -35,13 +50,19 @@ from webhooks._pki import (
     next_secret_data,
 )
 
-__all__ = ["SECRET_NAME", "CertificateManager"]
+__all__ = ["SECRET_NAME", "SECRET_TYPE", "CertificateManager", "UnusableSecret", "secret_data"]
 
 log = logging.getLogger("gpuctrl.webhook.certificates")
 
 SECRET_NAME = "gpuctrl-webhook-tls"
+SECRET_TYPE = "Opaque"
 SECRETS = Resource("v1", "Secret", "secrets")
 _ATTEMPTS = 5  # compare-and-swap rounds per pass before waiting for the next one
+
+
+class UnusableSecret(Exception):
+    """The Secret cannot be used: it is missing and may not be created, or it is of another type
+    than `SECRET_TYPE`. The message is one line naming the Secret and what to do."""
 
 
 class CertificateManager:
@@ -84,17 +105,20 @@ class CertificateManager:
 
     async def start(self, stop: asyncio.Event) -> None:
         """Run a pass now and every ``interval`` until ``stop`` is set; a pass that fails is
-        logged and retried at the next one."""
+        logged (`UnusableSecret` as one line) and retried at the next one."""
         while True:
             try:
                 await self.sync()
+            except UnusableSecret as error:
+                log.error("%s", error)
             except Exception:
                 log.exception("certificate pass failed; retrying in %s s", self._interval)
             if await self._clock.wait(stop, self._interval):
                 return
 
     async def sync(self) -> None:
-        """One pass: Secret step, caBundle, files (see the module docstring)."""
+        """One pass: Secret step, caBundle, files (see the module docstring); raises
+        `UnusableSecret` before writing anything when the Secret cannot be used."""
         for _ in range(_ATTEMPTS):
             data = await self._step()
             if data is not None:
@@ -113,33 +137,50 @@ class CertificateManager:
             secret = await self._client.get(SECRETS, SECRET_NAME, self._namespace)
         except NotFound:
             secret = None
-        data = _decode(secret)
-        stored = await read_configuration(self._client)
-        published = published_bundle(stored)
+        data = secret_data(secret)
         if secret is None:
-            # Nobody trusts anything yet: take every step at once.
-            while (
-                following := next_secret_data(
-                    data, self.now(), self._names, data.get(BUNDLE_KEY, b""), self._lifetimes
-                )
-            ) is not None:
-                data = following
-            try:
-                await self._client.create(SECRETS, _secret(self._namespace, data))
-            except AlreadyExists:
-                return None
-            log.info("created the Secret %s/%s", self._namespace, SECRET_NAME)
-            return data
+            return await self._create(self._settle({}))
+        if not data:
+            # Shipped empty: nobody trusts anything yet, take every step at once.
+            return await self._replace(secret, self._settle({}), "issued")
+        published = published_bundle(await read_configuration(self._client))
         trusted = published if published is not None else data.get(BUNDLE_KEY, b"")
         following = next_secret_data(data, self.now(), self._names, trusted, self._lifetimes)
         if following is None:
             return data
+        return await self._replace(secret, following, "renewed")
+
+    def _settle(self, data: dict[str, bytes]) -> dict[str, bytes]:
+        while (
+            following := next_secret_data(
+                data, self.now(), self._names, data.get(BUNDLE_KEY, b""), self._lifetimes
+            )
+        ) is not None:
+            data = following
+        return data
+
+    async def _create(self, data: dict[str, bytes]) -> dict[str, bytes] | None:
         try:
-            await self._client.replace(SECRETS, {**secret, "data": _encode(following)})
+            await self._client.create(SECRETS, _secret(self._namespace, data))
+        except AlreadyExists:
+            return None
+        except Forbidden as error:
+            raise UnusableSecret(
+                f"the Secret {self._namespace}/{SECRET_NAME} is missing and this account may "
+                "not create it: apply the install again, which ships it empty"
+            ) from error
+        log.info("created the Secret %s/%s", self._namespace, SECRET_NAME)
+        return data
+
+    async def _replace(
+        self, secret: dict[str, Any], data: dict[str, bytes], done: str
+    ) -> dict[str, bytes] | None:
+        try:
+            await self._client.replace(SECRETS, {**secret, "data": _encode(data)})
         except Conflict:
             return None
-        log.info("renewed certificates in the Secret %s/%s", self._namespace, SECRET_NAME)
-        return following
+        log.info("%s certificates in the Secret %s/%s", done, self._namespace, SECRET_NAME)
+        return data
 
     def _write_files(self, data: dict[str, bytes]) -> None:
         changed = False
@@ -158,9 +199,18 @@ class CertificateManager:
             self._on_files()
 
 
-def _decode(secret: dict[str, Any] | None) -> dict[str, bytes]:
+def secret_data(secret: dict[str, Any] | None) -> dict[str, bytes]:
+    """The decoded data of the Secret as read (empty when it is None or has none); raises
+    `UnusableSecret`, reading no data, when its type is not `SECRET_TYPE`."""
     if secret is None:
         return {}
+    kind = secret.get("type") or SECRET_TYPE  # the apiserver stores an unset type as Opaque
+    if kind != SECRET_TYPE:
+        metadata = secret.get("metadata", {})
+        raise UnusableSecret(
+            f"the Secret {metadata.get('namespace')}/{metadata.get('name')} is of type {kind}, "
+            f"not {SECRET_TYPE}: refusing to use it; delete it and apply the install again"
+        )
     return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
 
 
@@ -177,6 +227,6 @@ def _secret(namespace: str, data: dict[str, bytes]) -> dict[str, Any]:
             "namespace": namespace,
             "labels": {"app.kubernetes.io/managed-by": "gpuctrl"},
         },
-        "type": "Opaque",
+        "type": SECRET_TYPE,
         "data": _encode(data),
     }

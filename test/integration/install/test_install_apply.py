@@ -199,6 +199,7 @@ async def check_privileges(plane: ControlPlane) -> None:
         ),
         ("gpuctrl-manager", "update", "clusterpolicies.gpuctrl.io", "--subresource=finalizers"),
         ("gpuctrl-webhook", "list", "podpolicies.gpuctrl.io"),
+        ("gpuctrl-webhook", "get", "secrets/gpuctrl-webhook-tls", f"-n={NAMESPACE}"),
         ("gpuctrl-webhook", "update", "secrets/gpuctrl-webhook-tls", f"-n={NAMESPACE}"),
         ("gpuctrl-webhook", "patch", "mutatingwebhookconfigurations/gpuctrl-pod-policy"),
     ]
@@ -228,6 +229,11 @@ async def check_privileges(plane: ControlPlane) -> None:
         ),
         ("gpuctrl-manager", "delete", "rolebindings.rbac.authorization.k8s.io/other", "-n=default"),
         ("gpuctrl-webhook", "get", "secrets/other", f"-n={NAMESPACE}"),
+        # Issue 25 item 6: no Secret of its making (a service-account-token one would be filled
+        # with the manager's token); the install ships its own.
+        ("gpuctrl-webhook", "create", "secrets", f"-n={NAMESPACE}"),
+        ("gpuctrl-webhook", "get", "secrets/gpuctrl-manager-token", f"-n={NAMESPACE}"),
+        ("gpuctrl-webhook", "list", "secrets", f"-n={NAMESPACE}"),
         ("gpuctrl-webhook", "patch", "mutatingwebhookconfigurations/istio-sidecar-injector"),
         ("gpuctrl-webhook", "update", "podpolicies.gpuctrl.io", "--subresource=status"),
         ("gpuctrl-webhook", "list", "pods", f"-n={NAMESPACE}"),
@@ -254,6 +260,12 @@ async def check_install(plane: ControlPlane, objects: list[dict[str, Any]]) -> N
         stdin=stream([o for o in objects if o["kind"] not in CUSTOM]),
     )
     assert json.loads(again)["items"]
+    # The webhook's Secret is shipped, empty, for --manage-certificates to fill in.
+    shipped = await kubectl(
+        plane.kubeconfig, "get", "secret", "gpuctrl-webhook-tls", f"-n={NAMESPACE}", "-o", "json"
+    )
+    assert json.loads(shipped)["type"] == "Opaque"
+    assert not json.loads(shipped).get("data")
     await operands_as_manager(plane)
     await foreign_rbac_out_of_reach(plane)
     await check_privileges(plane)

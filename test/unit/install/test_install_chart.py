@@ -282,7 +282,7 @@ def test_dashboard_configmap_carries_config_grafana_dashboard() -> None:
 def test_cert_manager_option() -> None:
     rendered = helm_render({"webhook": {"certManager": {"enabled": True}}})
     certificate = only(rendered, "Certificate")
-    assert certificate["spec"]["secretName"] == "gpuctrl-webhook-tls"
+    assert certificate["spec"]["secretName"] == "gpuctrl-webhook-cert"
     assert "gpuctrl-webhook.gpuctrl.svc" in certificate["spec"]["dnsNames"]
     assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": "gpuctrl-selfsigned"}
     assert only(rendered, "Issuer")["spec"] == {"selfSigned": {}}
@@ -301,7 +301,7 @@ def test_cert_manager_option() -> None:
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == cert_dir)
     assert mount["readOnly"] is True
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
-    assert volume["secret"]["secretName"] == "gpuctrl-webhook-tls"
+    assert volume["secret"]["secretName"] == "gpuctrl-webhook-cert"
     issued = helm_render(
         {
             "webhook": {

@@ -39,6 +39,7 @@ def test_renders_the_complete_install() -> None:
         ("PodDisruptionBudget", "gpuctrl-webhook"),
         ("Service", "gpuctrl-webhook"),
         ("MutatingWebhookConfiguration", "gpuctrl-pod-policy"),
+        ("Secret", "gpuctrl-webhook-tls"),
     } <= kinds
     by_key(INSTALL)  # no object twice
     for obj in INSTALL:

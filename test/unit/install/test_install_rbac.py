@@ -102,8 +102,11 @@ def test_the_webhook_reaches_only_its_own_secret_and_configuration() -> None:
         for verb in ("get", "list", "watch", "update", "patch")
     }
     secrets = {a for a in namespaced[NAMESPACE] if a[1] == "secrets"}
-    # create cannot carry a name; everything else is limited to gpuctrl-webhook-tls.
-    assert {a for a in secrets if a[3] is None} == {("", "secrets", "create", None)}
+    # Only gpuctrl-webhook-tls, and no create (it cannot carry a name): the install ships it.
+    assert secrets == {
+        ("", "secrets", verb, "gpuctrl-webhook-tls")
+        for verb in ("get", "list", "watch", "update", "patch")
+    }
     assert not {a for a in cluster if a[1] == "secrets"}
     # PodPolicy status is the manager's to write.
     assert not {a for a in cluster if a[1].endswith("/status")}
