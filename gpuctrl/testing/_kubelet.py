@@ -11,7 +11,8 @@ A pod being deleted is deleted with grace period 0, as a kubelet does once its c
 A container whose behavior has `ContainerBehavior.process` (chosen per pod, container or image
 with `set_behavior`, or by the pod's annotation) runs for real as a local process in a
 bubblewrap sandbox (`_podprocs`): its exit code, log and readiness are the process's; deleting
-the pod sends it SIGTERM, waits the grace period, then SIGKILL; `restart_node` is a power cut.
+the pod sends it SIGTERM, waits the grace period, then SIGKILL, as does the end of a pod to its
+sidecars (init containers with restartPolicy Always); `restart_node` is a power cut.
 Each node has its own folder (`SimulatedNode.root`) that ``hostPath`` volumes come from.
 
 API calls go through `gpuctrl.runtime.Client` (raw JSON), at most `_CONCURRENCY` at a time;
@@ -380,6 +381,7 @@ class SimulatedKubelet:
                 sim = rebooted(before, sim)
         processes = self._pod_processes(pod, node, sim)
         sent: dict[str, Any] | None = None
+        stopping = False  # the processes of a finished pod (its sidecars') are being stopped
         while True:
             sim = advance(sim, _now())
             if processes is not None:
@@ -390,6 +392,10 @@ class SimulatedKubelet:
                 if not await self._patch_pod_status(pod["metadata"], status):
                     return
                 sent = status
+            if processes is not None and not stopping and pod_phase(sim) in _FINAL:
+                stopping = True
+                grace = pod["spec"].get("terminationGracePeriodSeconds", _DEFAULT_GRACE_SECONDS)
+                self._spawn(processes.stop(grace))
             due = next_due(sim)
             if processes is None or not (processes.alive or due is not None):
                 if due is None:

@@ -5,9 +5,18 @@ the apiserver as the MutatingWebhookConfiguration ``istio-sidecar-injector`` wit
 selectors: namespaces labelled ``istio-injection=enabled`` (`enable`), and the objectSelector
 ``sidecar.istio.io/inject NotIn ["false"]``, ``reinvocationPolicy: Never``, ``failurePolicy:
 Fail``. Each pod it is called for gets an ``istio-init`` init container and an ``istio-proxy``
-container that never exits (a `BEHAVIOR_ANNOTATION` for the simulated kubelet), as a classic
-sidecar does, so a run-to-completion pod with it never reaches Succeeded. Since the pod's
-opt-out label is matched by the objectSelector, a labelled pod never reaches the injector.
+that never exits (a `BEHAVIOR_ANNOTATION` for the simulated kubelet). Since the pod's opt-out
+label is matched by the objectSelector, a labelled pod never reaches the injector.
+
+Two modes, as Istio has:
+
+- classic (the default): ``istio-init`` is added after the pod's own init containers and
+  ``istio-proxy`` after its containers, as a regular container, so a run-to-completion pod with
+  it never reaches Succeeded;
+- ``native_sidecar=True`` (Istio's ``ENABLE_NATIVE_SIDECARS``, Kubernetes 1.29+): the pod's init
+  containers become ``istio-init``, then ``istio-proxy`` as a sidecar (``restartPolicy:
+  Always``), then the pod's own; its containers are left alone, and the kubelet stops the proxy
+  once they have finished.
 """
 
 from __future__ import annotations
@@ -44,14 +53,19 @@ class MeshInjector:
 
     ``async with MeshInjector(api) as mesh:`` serves and registers it; `enable` turns injection
     on for a namespace; `injected` lists the pods it changed (their names, or generateName
-    prefixes). On exit the configuration is deleted and the server stopped.
+    prefixes). With `native_sidecar` (which may be changed at any time: it applies to the pods
+    admitted afterwards) the proxy is a native sidecar instead of a container. On exit the
+    configuration is deleted and the server stopped.
     """
 
     SIDECAR = "istio-proxy"
     INIT = "istio-init"
 
-    def __init__(self, api: ApiClient, *, name: str = "istio-sidecar-injector") -> None:
+    def __init__(
+        self, api: ApiClient, *, name: str = "istio-sidecar-injector", native_sidecar: bool = False
+    ) -> None:
         self.name = name
+        self.native_sidecar = native_sidecar
         self.injected: list[str] = []
         self._client = Client(api)
         self._runner: web.AppRunner | None = None
@@ -98,19 +112,10 @@ class MeshInjector:
         annotations[BEHAVIOR_ANNOTATION] = json.dumps(
             {**behavior, self.SIDECAR: {"neverExits": True}}
         )
-        init = {"name": self.INIT, "image": "istio/proxyv2"}
-        patch: list[dict[str, Any]] = [
-            {
-                "op": "add",
-                "path": "/spec/containers/-",
-                "value": {"name": self.SIDECAR, "image": "istio/proxyv2"},
-            },
+        patch = [
             {"op": "add", "path": "/metadata/annotations", "value": annotations},
+            *self._containers_patch(pod.get("spec", {}).get("initContainers") or []),
         ]
-        if pod.get("spec", {}).get("initContainers"):
-            patch.append({"op": "add", "path": "/spec/initContainers/-", "value": init})
-        else:
-            patch.append({"op": "add", "path": "/spec/initContainers", "value": [init]})
         response = {
             "uid": review["request"]["uid"],
             "allowed": True,
@@ -120,6 +125,19 @@ class MeshInjector:
         return web.json_response(
             {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
         )
+
+    def _containers_patch(self, own_inits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The JSON patch operations that add the init container and the proxy to a pod whose
+        init containers are `own_inits`."""
+        init = {"name": self.INIT, "image": "istio/proxyv2"}
+        proxy = {"name": self.SIDECAR, "image": "istio/proxyv2"}
+        if self.native_sidecar:
+            inits = [init, {**proxy, "restartPolicy": "Always"}, *own_inits]
+            return [{"op": "add", "path": "/spec/initContainers", "value": inits}]
+        return [
+            {"op": "add", "path": "/spec/containers/-", "value": proxy},
+            {"op": "add", "path": "/spec/initContainers", "value": [*own_inits, init]},
+        ]
 
     def _configuration(self, port: int, cert: bytes) -> dict[str, Any]:
         return {

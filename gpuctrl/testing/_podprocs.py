@@ -5,7 +5,8 @@ has in ContainerCreating (with its environment, mounts and ServiceAccount from `
 and returns the simulation with it running, or with CreateContainerConfigError when it cannot
 start. What happens afterwards arrives on `events` as `ProcessEvent`s (an exit, a readiness
 probe's verdict) for the kubelet's pod runner to `apply`. `stop` terminates them as a kubelet
-does on pod deletion, `kill` as a power cut.
+does on pod deletion and once a pod is finished (sidecars last, in reverse order), `kill` as a
+power cut.
 """
 
 from __future__ import annotations
@@ -75,9 +76,11 @@ class PodProcesses:
         return self.context.log_dir / container / f"{run}.log"
 
     async def start_due(self, sim: PodSim) -> PodSim:
-        """Start every process-backed container `sim` has in ContainerCreating."""
+        """Start every process-backed container `sim` has in ContainerCreating, and each that
+        enters it meanwhile (a sidecar that runs lets the next container start)."""
         specs = _containers(self.context.pod)
-        for container in sim.containers:
+        for index in range(len(sim.containers)):
+            container = sim.containers[index]  # of the latest `sim`
             if not (container.behavior.process and container.state == "creating"):
                 continue
             spec = specs[container.name]
@@ -91,7 +94,9 @@ class PodProcesses:
             except (ContainerConfigError, SandboxStartError) as error:
                 sim = process_failed(sim, container.name, str(error), now)
                 continue
-            probe = (spec.get("readinessProbe") or {}).get("exec") if not container.init else None
+            # The kubelet probes containers and sidecars, not regular init containers.
+            probed = container.sidecar or not container.init
+            probe = (spec.get("readinessProbe") or {}).get("exec") if probed else None
             sim = process_started(sim, container.name, _now(), probed=probe is not None)
             self._running[container.name] = (container.restart_count, process)
             run = container.restart_count
@@ -110,9 +115,17 @@ class PodProcesses:
         return probe_result(sim, event.container, bool(event.value), event.at)
 
     async def stop(self, grace_seconds: float) -> None:
-        """Terminate every process as a kubelet does (SIGTERM, the grace period, SIGKILL)."""
-        processes = [p for _, p in self._running.values()]
-        await asyncio.gather(*(p.stop(grace_seconds) for p in processes))
+        """Terminate every process as a kubelet does (SIGTERM, then SIGKILL once the grace
+        period is over): the sidecars' only once the others' have exited, one after another,
+        last declared first. Processes that have exited already are left alone."""
+        deadline = asyncio.get_running_loop().time() + grace_seconds
+        sidecars = _sidecars(self.context.pod)
+        others = [p for name, (_, p) in self._running.items() if name not in sidecars]
+        await asyncio.gather(*(p.stop(grace_seconds) for p in others))
+        for name in reversed(sidecars):
+            if name in self._running:
+                left = max(0.0, deadline - asyncio.get_running_loop().time())
+                await self._running[name][1].stop(left)
         self._cancel()
 
     async def kill(self) -> None:
@@ -193,6 +206,12 @@ async def _killed(process: SandboxedProcess) -> None:
 def _containers(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     spec = pod["spec"]
     return {c["name"]: c for kind in ("initContainers", "containers") for c in spec.get(kind) or []}
+
+
+def _sidecars(pod: Mapping[str, Any]) -> list[str]:
+    """The names of the pod's sidecars (init containers with restartPolicy Always), in order."""
+    inits = pod["spec"].get("initContainers") or []
+    return [c["name"] for c in inits if c.get("restartPolicy") == "Always"]
 
 
 def _hostname(context: PodContext) -> str:

@@ -13,6 +13,16 @@ ImagePullBackOff if its image cannot be pulled), then, unless it never exits, Te
 exit code; restartPolicy decides whether it restarts after a CrashLoopBackOff (restartCount + 1).
 The pod phase is computed as the kubelet's getPhase does; Succeeded and Failed are final.
 
+A sidecar (an init container with ``restartPolicy: Always``, Kubernetes 1.29+) starts in its turn
+among the init containers, and the next one starts as soon as it runs (started: there are no
+startup probes here). It is restarted after every exit, whatever its code and the pod's
+restartPolicy, and counts for Ready like a container; Initialized only needs it started, and the
+phase ignores it. Once the pod's phase is final (its containers will not run again), the kubelet
+stops the sidecars that still run: a simulated one exits 0 at that moment, as a sidecar that
+handles SIGTERM does; a process-backed one is the kubelet's to stop, last declared first
+(`_podprocs.PodProcesses.stop`), and its process's exit ends its run as any exit does. One
+waiting to restart is not restarted.
+
 A container whose behavior is `ContainerBehavior.process` has no timers while it is creating or
 running: the kubelet starts its process and reports what happens with `process_started`,
 `process_failed`, `probe_result` and `process_exited`; `rebooted` is the pod again after its
@@ -90,6 +100,7 @@ class ContainerSim:
     image: str
     init: bool
     behavior: ContainerBehavior
+    sidecar: bool = False  # an init container with restartPolicy Always: runs beside the others
     state: State = "pending"
     since: datetime.datetime | None = None  # when `state` was entered
     restart_count: int = 0
@@ -128,12 +139,14 @@ class ContainerSim:
             restarts = self.restart_count + (self.state == "crash-backoff")
             return dataclasses.replace(self._enter("running", at), restart_count=restarts)
         if self.state == "running":
-            assert self.since is not None
-            termination = Termination(
-                self.behavior.exit_code, self.since, at, self.container_id(uid)
-            )
-            return dataclasses.replace(self._enter("terminated", at), termination=termination)
+            return self.exited(self.behavior.exit_code, at, uid)
         return dataclasses.replace(self._enter("crash-backoff", at), last=self.termination)
+
+    def exited(self, exit_code: int, at: datetime.datetime, uid: str) -> ContainerSim:
+        """The running container after its run ended with `exit_code` at `at`."""
+        assert self.since is not None
+        run = Termination(exit_code, self.since, at, self.container_id(uid))
+        return dataclasses.replace(self._enter("terminated", at), termination=run)
 
     def start(self, at: datetime.datetime) -> ContainerSim:
         """A pending container begins ContainerCreating."""
@@ -154,9 +167,21 @@ class ContainerSim:
         )
 
     @property
+    def started(self) -> bool:
+        """What the kubelet reports as `started`: running (no startup probes here)."""
+        return self.state == "running"
+
+    @property
+    def initialized(self) -> bool:
+        """Whether this init container lets the next one start: exited 0, or, a sidecar,
+        started."""
+        return self.started if self.sidecar else self.succeeded
+
+    @property
     def ready(self) -> bool:
-        """What the kubelet reports as `ready`: running and passing readiness (init: done)."""
-        if self.init:
+        """What the kubelet reports as `ready`: running and passing readiness (a regular init
+        container: done)."""
+        if self.init and not self.sidecar:
             return self.succeeded
         if self.behavior.process:
             return self.state == "running" and self.probed_ready is not False
@@ -168,7 +193,11 @@ class ContainerSim:
         return f"containerd://{digest}"
 
     def _restarts(self, restart_policy: str) -> bool:
-        if self.termination is None or restart_policy == "Never":
+        if self.termination is None:
+            return False
+        if self.sidecar:
+            return True
+        if restart_policy == "Never":
             return False
         return (restart_policy == "Always" and not self.init) or self.termination.exit_code != 0
 
@@ -194,8 +223,18 @@ class PodSim:
 
     @property
     def init_containers(self) -> tuple[ContainerSim, ...]:
-        """The init containers, in order."""
+        """The init containers, sidecars among them, in order."""
         return tuple(c for c in self.containers if c.init)
+
+    @property
+    def regular_init_containers(self) -> tuple[ContainerSim, ...]:
+        """The init containers that run to completion (not sidecars), in order."""
+        return tuple(c for c in self.containers if c.init and not c.sidecar)
+
+    @property
+    def sidecars(self) -> tuple[ContainerSim, ...]:
+        """The sidecars (init containers with restartPolicy Always), in order."""
+        return tuple(c for c in self.containers if c.sidecar)
 
     @property
     def app_containers(self) -> tuple[ContainerSim, ...]:
@@ -214,7 +253,13 @@ def new_pod(
     """The simulation of `pod` (a JSON dict) as its kubelet starts it at `now`."""
     spec = pod["spec"]
     containers = tuple(
-        ContainerSim(c["name"], c.get("image", ""), kind == "initContainers", behaviors[c["name"]])
+        ContainerSim(
+            c["name"],
+            c.get("image", ""),
+            kind == "initContainers",
+            behaviors[c["name"]],
+            sidecar=kind == "initContainers" and c.get("restartPolicy") == "Always",
+        )
         for kind in _KINDS
         for c in spec.get(kind) or []
     )
@@ -269,10 +314,9 @@ def process_exited(sim: PodSim, name: str, exit_code: int, at: datetime.datetime
     """The process of the running container `name` exited with `exit_code` at `at`."""
 
     def exit_(container: ContainerSim) -> ContainerSim:
-        if container.state != "running" or container.since is None:
+        if container.state != "running":
             return container
-        run = Termination(exit_code, container.since, at, container.container_id(sim.uid))
-        return dataclasses.replace(container._enter("terminated", at), termination=run)
+        return container.exited(exit_code, at, sim.uid)
 
     return _change(sim, name, at, exit_)
 
@@ -326,12 +370,13 @@ def next_due(sim: PodSim) -> datetime.datetime | None:
 
 
 def pod_phase(sim: PodSim) -> str:
-    """The phase, computed as the kubelet's getPhase does."""
-    for container in sim.init_containers:
+    """The phase, computed as the kubelet's getPhase does: sidecars do not count (until they
+    have started, the containers wait in Pending)."""
+    for container in sim.regular_init_containers:
         failed = container.state == "terminated" and not container.succeeded
         if failed and container.due(sim.restart_policy) is None:
             return "Failed"
-    if not all(c.succeeded for c in sim.init_containers):
+    if not all(c.succeeded for c in sim.regular_init_containers):
         return "Pending"
     containers = sim.app_containers
     if any(c.state in NOT_STARTED for c in containers):
@@ -346,17 +391,22 @@ def pod_phase(sim: PodSim) -> str:
 
 
 def _settle(sim: PodSim, at: datetime.datetime) -> PodSim:
-    """Start the containers whose turn has come, then record condition changes, all at `at`."""
+    """Start the containers whose turn has come, stop the sidecars of a finished pod, then
+    record condition changes, all at `at`."""
     containers = list(sim.containers)
     for index, container in enumerate(containers):
         if container.state != "pending":
             continue
+        # Only the init container just before counts, as with the kubelet: once it has let
+        # the next one start, nothing it does later holds anything back (a sidecar restarting).
         earlier_inits = [c for c in containers[:index] if c.init]
-        if all(c.succeeded for c in earlier_inits):
+        if not earlier_inits or earlier_inits[-1].initialized:
             containers[index] = container.start(at)
         if container.init:
             break  # one init container at a time
     sim = dataclasses.replace(sim, containers=tuple(containers))
+    if pod_phase(sim) in ("Succeeded", "Failed"):
+        sim = _stop_sidecars(sim, at)
     conditions = dict(sim.conditions)
     for kind, (status, _reason, _message) in pod_conditions(sim).items():
         if kind not in conditions or conditions[kind][0] != status:
@@ -364,10 +414,26 @@ def _settle(sim: PodSim, at: datetime.datetime) -> PodSim:
     return dataclasses.replace(sim, conditions=conditions)
 
 
+def _stop_sidecars(sim: PodSim, at: datetime.datetime) -> PodSim:
+    """`sim` with its running simulated sidecars exited 0 at `at` (all at one moment: the
+    kubelet's order, the reverse of declaration, shows only for processes, which run on until
+    the kubelet's SIGTERM ends them)."""
+
+    def stop(container: ContainerSim) -> ContainerSim:
+        if not (container.sidecar and container.started) or container.behavior.process:
+            return container
+        return container.exited(0, at, sim.uid)
+
+    return dataclasses.replace(sim, containers=tuple(stop(c) for c in sim.containers))
+
+
 def pod_conditions(sim: PodSim) -> dict[str, Condition]:
     """Each condition's (status, reason, message), as the kubelet computes them."""
-    incomplete = [c.name for c in sim.init_containers if not c.succeeded]
-    unready = [c.name for c in sim.app_containers if not c.ready]
+    incomplete = [c.name for c in sim.init_containers if not c.initialized]
+    # Once a container has run, a sidecar restarting does not make the pod uninitialized.
+    if any(c.state in ("running", "terminated") for c in sim.app_containers):
+        incomplete = []
+    unready = [c.name for c in (*sim.sidecars, *sim.app_containers) if not c.ready]
     initialized: Condition = (True, None, None)
     if incomplete:
         message = f"containers with incomplete status: [{' '.join(incomplete)}]"

@@ -62,7 +62,7 @@ def _container_status(container: ContainerSim, sim: PodSim) -> dict[str, Any]:
         "imageID": _image_id(container.image) if pulled else "",
         "ready": container.ready,
         "restartCount": container.restart_count,
-        "started": container.state == "running",
+        "started": container.started,
         "state": _state(container, sim),
         "lastState": {"terminated": _terminated(container.last)} if container.last else {},
     }

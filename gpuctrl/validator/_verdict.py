@@ -1,7 +1,11 @@
 """The verdict on a workload pod, from its status alone (pure).
 
 Only the containers the template defines count: a container injected by a mesh (an
-``istio-proxy`` that never exits, a ``linkerd-init``) can neither pass nor hold a check.
+``istio-proxy`` that never exits, as a container or as a native sidecar, a ``linkerd-init``)
+can neither pass nor hold a check. A sidecar the template defines itself (an init container
+with ``restartPolicy: Always``) is never waited for either: it runs until the kubelet stops it
+once the others are done, and is restarted whatever its exit code, so only an image it cannot
+pull (which keeps the containers after it from starting) fails the check.
 """
 
 from __future__ import annotations
@@ -82,11 +86,12 @@ def verdict(
 ) -> Verdict:
     """Judge ``pod`` (a Pod as the API returns it, camelCase keys).
 
-    Passed when every container and init container named in ``template_containers`` has
-    terminated with exit code 0. Failed when one of them terminated non-zero and the pod's
-    restartPolicy will not retry it, restarted more than ``max_restarts`` times after failing,
-    cannot pull its image, or when the pod itself failed. Pending otherwise, and also while
-    the pod is being deleted without having passed: its containers are being killed.
+    Passed when every container and init container named in ``template_containers`` but the
+    sidecars has terminated with exit code 0. Failed when one of them terminated non-zero and
+    the pod's restartPolicy will not retry it, restarted more than ``max_restarts`` times after
+    failing, or cannot pull its image (a sidecar: only this), or when the pod itself failed.
+    Pending otherwise, and also while the pod is being deleted without having passed: its
+    containers are being killed.
     """
     result = _judge(pod, template_containers, max_restarts)
     if isinstance(result, Failed) and pod.get("metadata", {}).get("deletionTimestamp"):
@@ -97,12 +102,15 @@ def verdict(
 def _judge(pod: dict[str, Any], template_containers: frozenset[str], max_restarts: int) -> Verdict:
     restart_policy = pod.get("spec", {}).get("restartPolicy", "Always")
     statuses = {status["name"]: status for status in _container_statuses(pod)}
-    passed = all(_exited_zero(statuses.get(name)) for name in template_containers)
+    sidecars = template_containers & _sidecars(pod)
+    passed = all(_exited_zero(statuses.get(name)) for name in template_containers - sidecars)
     status = pod.get("status", {})
     if not passed and status.get("phase") == "Failed" and status.get("reason") in NODE_KILL_REASONS:
         return Evicted(status["reason"], status.get("message") or "the node killed the pod")
     for name in sorted(template_containers & statuses.keys()):
-        failure = _container_failure(statuses[name], restart_policy, max_restarts)
+        failure = _pull_failure(statuses[name])
+        if failure is None and name not in sidecars:
+            failure = _exit_failure(statuses[name], restart_policy, max_restarts)
         if failure is not None:
             return failure
     if passed:
@@ -112,6 +120,12 @@ def _judge(pod: dict[str, Any], template_containers: frozenset[str], max_restart
         message = status.get("message") or "the pod failed"
         return Failed(reason, f"pod failed: {reason}: {message}")
     return Pending(_pending_detail(status, template_containers, statuses))
+
+
+def _sidecars(pod: dict[str, Any]) -> frozenset[str]:
+    """The names of the pod's sidecars: its init containers with restartPolicy Always."""
+    inits = pod.get("spec", {}).get("initContainers") or []
+    return frozenset(c["name"] for c in inits if c.get("restartPolicy") == "Always")
 
 
 def _container_statuses(pod: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -125,18 +139,20 @@ def _exited_zero(status: dict[str, Any] | None) -> bool:
     return terminated is not None and terminated.get("exitCode") == 0
 
 
-def _container_failure(
-    status: dict[str, Any], restart_policy: str, max_restarts: int
-) -> Failed | None:
+def _pull_failure(status: dict[str, Any]) -> Failed | None:
+    waiting = status.get("state", {}).get("waiting") or {}
+    if waiting.get("reason") not in _PULL_FAILURES:
+        return None
+    return Failed(
+        waiting["reason"],
+        f"container {status['name']}: image {status.get('image')} cannot be pulled: "
+        f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": "),
+    )
+
+
+def _exit_failure(status: dict[str, Any], restart_policy: str, max_restarts: int) -> Failed | None:
     name = status["name"]
     state = status.get("state", {})
-    waiting = state.get("waiting") or {}
-    if waiting.get("reason") in _PULL_FAILURES:
-        return Failed(
-            waiting["reason"],
-            f"container {name}: image {status.get('image')} cannot be pulled: "
-            f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": "),
-        )
     terminated = state.get("terminated")
     if terminated is not None and terminated.get("exitCode") != 0 and restart_policy == "Never":
         return Failed(terminated.get("reason") or "Error", _exit_message(name, terminated), name)

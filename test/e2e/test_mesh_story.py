@@ -18,8 +18,10 @@ each: gpuctrl's verdict judges only the template's containers, so where NVIDIA's
 crash-loops, nothing fails (the issue expected a bounded failure here). A workload pod that
 really hangs gives the bounded failure: after ``timeoutSeconds`` an Event naming the pod and
 its running container, the ClusterPolicy notReady naming the validator and 3/4 nodes, the pod
-deleted before the next try, one restart of the check. An apiserver restart while a workload
-pod runs leaves no pod behind.
+deleted before the next try, one restart of the check. The same holds with Istio's native
+sidecars (``ENABLE_NATIVE_SIDECARS``, Kubernetes 1.29+): the proxy an init container with
+``restartPolicy: Always`` before the pod's own, in the workload pods and the agent's alike. An
+apiserver restart while a workload pod runs leaves no pod behind.
 The tests run in file order on the one cluster; each first waits for the policy to be ready.
 """
 
@@ -379,11 +381,26 @@ async def test_workload_pod_deleted_mid_run_validation_still_completes(stack: St
     await _no_workload_pods(admin)
 
 
+def _proxy(pod: dict[str, Any]) -> str:
+    """Where Istio put its proxy in ``pod``: a "container" (after istio-init, the last init
+    container), a "native sidecar" (an init container with restartPolicy Always right after
+    istio-init, the pod's own init containers after both), or "misplaced"."""
+    inits = [(c["name"], c.get("restartPolicy")) for c in pod["spec"].get("initContainers") or []]
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    if names[-1:] == [MeshInjector.SIDECAR] and inits[-1:] == [(MeshInjector.INIT, None)]:
+        return "container"
+    if inits[:2] == [(MeshInjector.INIT, None), (MeshInjector.SIDECAR, "Always")]:
+        return "native sidecar"
+    return "misplaced"
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["classic-sidecar", "native-sidecar"])
 async def test_without_pod_policy_sidecar_is_injected_and_validation_is_bounded(
-    stack: Stack,
+    stack: Stack, native: bool
 ) -> None:
     admin = stack.admin
     await _all_validated(stack)
+    stack.mesh.native_sidecar = native
     await admin.delete(POD_POLICIES, POD_POLICY["metadata"]["name"])
     try:
         await _mesh_injects_workloads(admin, expected=True)
@@ -393,14 +410,16 @@ async def test_without_pod_policy_sidecar_is_injected_and_validation_is_bounded(
             await admin.delete(PODS, pod["metadata"]["name"], NAMESPACE)
         await _all_validated(stack, since={n: p["metadata"]["uid"] for n, p in before.items()})
     finally:
+        stack.mesh.native_sidecar = False
         await admin.create(POD_POLICIES, POD_POLICY)
     # gpuctrl judges only the containers of its template, so Istio's never-exiting sidecar
     # holds nothing: one pod per check and node (no retry, no crash loop), passed, and
-    # deleted by the agent (the sidecar would have kept it running for ever).
+    # deleted by the agent (as a container, the sidecar would have kept it running for ever).
+    where = "native sidecar" if native else "container"
     for (node, check), count in runs.items():
         (pod,) = stack.runs(node, check)[count:]
         assert OPT_OUT not in pod["metadata"]["labels"]
-        assert {MeshInjector.SIDECAR, MeshInjector.INIT} <= _names(pod), pod["spec"]
+        assert _proxy(pod) == where, pod["spec"]
         event = (await _events(admin, node, check))[-1]
         assert (event["reason"], event["message"]) == (
             "ValidationPassed",
@@ -408,6 +427,7 @@ async def test_without_pod_policy_sidecar_is_injected_and_validation_is_bounded(
         )
     await _no_workload_pods(admin)
     for node, pod in (await _validator_pods(admin)).items():
+        assert _proxy(pod) == where, (node, pod["spec"])  # and it turned Ready with it
         restarts = [s["restartCount"] for s in pod["status"]["initContainerStatuses"]]
         assert set(restarts) == {0}, (node, pod["status"]["initContainerStatuses"])
 

@@ -191,6 +191,38 @@ async def test_never_exiting_container_keeps_running_and_exit_1_fails_pod(
     assert "running" in statuses["sidecar"]["state"]
 
 
+async def test_native_sidecar_restarts_beside_a_job_then_is_stopped_when_it_succeeds(
+    gpu_nodes: SimulatedKubelet, kube_api: ApiClient, namespace: str
+):
+    # proxy runs 0.05-1.05 s, exits 0 and runs again from 1.25 s; setup 0.1-0.2 s; main
+    # 0.25-1.75 s, then the pod has succeeded and its proxy is stopped.
+    annotation = json.dumps(
+        {"proxy": {"runSeconds": 1}, "setup": {"runSeconds": 0.1}, "main": {"runSeconds": 1.5}}
+    )
+    init = [
+        {"name": "proxy", "image": "istio/proxyv2:1.20", "restartPolicy": "Always"},
+        {"name": "setup", "image": "busybox:1.36"},
+    ]
+    manifest = pod_manifest(
+        "native-meshed-job",
+        "Never",
+        initContainers=init,
+        metadata={"annotations": {BEHAVIOR_ANNOTATION: annotation}},
+    )
+    await create_pod_on(kube_api, namespace, gpu_nodes.nodes[0].name, manifest)
+
+    await eventually(lambda: _phase_is(kube_api, namespace, "native-meshed-job", "Succeeded"))
+
+    # The apiserver took every status: the restart of a sidecar in a Never pod among them.
+    pod = await read_pod(kube_api, namespace, "native-meshed-job")
+    proxy, setup = pod["status"]["initContainerStatuses"]
+    assert proxy["restartCount"] == 1, proxy
+    assert proxy["lastState"]["terminated"]["exitCode"] == 0, proxy
+    assert proxy["state"]["terminated"]["exitCode"] == 0, proxy
+    assert setup["state"]["terminated"]["exitCode"] == 0, setup
+    assert container_statuses(pod)[0]["state"]["terminated"]["exitCode"] == 0
+
+
 async def test_on_failure_restarts_and_unpullable_image_backs_off(
     gpu_nodes: SimulatedKubelet, kube_api: ApiClient, namespace: str
 ):

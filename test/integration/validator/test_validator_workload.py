@@ -24,7 +24,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from api.v1alpha1 import ValidatorWorkloads
 from gpuctrl.cli import main
 from gpuctrl.runtime import new_api_client
-from gpuctrl.testing import BEHAVIOR_ANNOTATION, ContainerBehavior, ControlPlane, SimulatedKubelet
+from gpuctrl.testing import (
+    BEHAVIOR_ANNOTATION,
+    ContainerBehavior,
+    ControlPlane,
+    MeshInjector,
+    SimulatedKubelet,
+)
 from gpuctrl.validator import (
     Failed,
     InvalidOverrides,
@@ -48,6 +54,17 @@ kind: Pod
 metadata: {generateName: retrying-}
 spec:
   restartPolicy: OnFailure
+  containers: [{name: work, image: "{{ image }}"}]
+"""
+# A pod with a sidecar of its own (a native one: an init container with restartPolicy Always).
+SIDECAR_POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {generateName: with-sidecar-}
+spec:
+  restartPolicy: Never
+  initContainers:
+    - {name: shipper, image: "{{ image }}", restartPolicy: Always}
   containers: [{name: work, image: "{{ image }}"}]
 """
 # Keeps a stale pod in place after its deletion, until the test removes it.
@@ -234,39 +251,99 @@ async def test_plugin_check_passes_on_a_gpu(
     assert await run_workload_check(kube_api, check, QUICK) == Passed()
 
 
+# How Istio's injector leaves a workload pod of check {check}: its init containers, containers
+# and phase when the agent has its verdict (and deletes the pod).
+MESHES = [
+    pytest.param(
+        "classic",
+        {},
+        ["{check}-validation", "istio-init"],
+        ["{check}-validation-done", "istio-proxy"],
+        "Running",  # the proxy never exits
+        id="classic-sidecar",
+    ),
+    pytest.param(
+        "native",
+        {},
+        ["istio-init", "istio-proxy", "{check}-validation"],
+        ["{check}-validation-done"],
+        "Succeeded",  # the kubelet stopped the proxy
+        id="native-sidecar",
+    ),
+    pytest.param(
+        "classic",
+        {"labels": {"sidecar.istio.io/inject": "false"}},
+        ["{check}-validation"],
+        ["{check}-validation-done"],
+        "Succeeded",
+        id="opted-out",
+    ),
+]
+
+
+@pytest.mark.parametrize("check", ["cuda", "plugin"])
+@pytest.mark.parametrize(
+    ("mesh_injector", "overrides", "init_containers", "containers", "phase"),
+    MESHES,
+    indirect=["mesh_injector"],
+)
 @pytest.mark.gpu_nodes(count=1)
-async def test_never_exiting_injected_sidecar_does_not_hold_the_check(
+async def test_istio_sidecar_never_holds_the_check(
     kube_api: ApiClient,
     namespace: str,
     gpu_nodes: SimulatedKubelet,
     workload_templates: str,
-    mesh_injector: list[str],
+    mesh_injector: MeshInjector,
+    pod_history: PodHistory,
+    check: str,
+    overrides: dict[str, Any],
+    init_containers: list[str],
+    containers: list[str],
+    phase: str,
+) -> None:
+    node = gpu_nodes.nodes[0].name
+
+    result = await run_workload_check(
+        kube_api, _check(namespace, node, check=check, overrides=overrides), QUICK
+    )
+
+    assert result == Passed()
+    [pod] = pod_history.workload_pods(check)  # one pod: passed at once, no retry
+    spec = pod["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == [
+        n.format(check=check) for n in init_containers
+    ]
+    assert [c["name"] for c in spec["containers"]] == [n.format(check=check) for n in containers]
+    sidecars = [c["name"] for c in spec["initContainers"] if c.get("restartPolicy") == "Always"]
+    assert sidecars == (["istio-proxy"] if mesh_injector.native_sidecar and not overrides else [])
+    assert bool(mesh_injector.injected) == (not overrides)
+    assert pod_history.latest[pod["metadata"]["name"]]["status"]["phase"] == phase
+    assert await _workload_pods_left(kube_api, namespace, check) == []
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_sidecar_of_the_template_is_never_waited_for_and_may_restart(
+    kube_api: ApiClient,
+    namespace: str,
+    gpu_nodes: SimulatedKubelet,
     pod_history: PodHistory,
 ) -> None:
-    result = await run_workload_check(kube_api, _check(namespace, gpu_nodes.nodes[0].name), QUICK)
+    await client.CoreV1Api(kube_api).create_namespaced_config_map(
+        namespace, {"metadata": {"name": "with-sidecar"}, "data": {"cuda.yaml": SIDECAR_POD}}
+    )
+    # The sidecar fails after 0.05 s every time (restarted twice by 0.75 s: more often than
+    # max_restarts lets a container) while the work runs from 0.1 s to 1.3 s.
+    behavior = {"shipper": {"exitCode": 1, "runSeconds": 0.05}, "work": {"runSeconds": 1.2}}
+    check = dataclasses.replace(
+        _check(namespace, gpu_nodes.nodes[0].name, behavior=behavior), configmap="with-sidecar"
+    )
+
+    result = await run_workload_check(kube_api, check, RetryPolicy(max_restarts=1))
 
     assert result == Passed()
     [pod] = pod_history.workload_pods()
-    assert "istio-proxy" in {c["name"] for c in pod["spec"]["containers"]}, "sidecar injected"
-    assert await _workload_pods_left(kube_api, namespace, "cuda") == []
-
-
-@pytest.mark.gpu_nodes(count=1)
-async def test_istio_opt_out_label_from_the_overrides_keeps_the_sidecar_out(
-    kube_api: ApiClient,
-    namespace: str,
-    gpu_nodes: SimulatedKubelet,
-    workload_templates: str,
-    mesh_injector: list[str],
-    pod_history: PodHistory,
-) -> None:
-    overrides = {"labels": {"sidecar.istio.io/inject": "false"}}
-    check = _check(namespace, gpu_nodes.nodes[0].name, overrides=overrides)
-
-    assert await run_workload_check(kube_api, check, QUICK) == Passed()
-    assert mesh_injector == []
-    [pod] = pod_history.workload_pods()
-    assert [c["name"] for c in pod["spec"]["containers"]] == ["cuda-validation-done"]
+    shipper = pod_history.latest[pod["metadata"]["name"]]["status"]["initContainerStatuses"][0]
+    assert shipper["restartCount"] > 1, shipper
 
 
 @pytest.mark.gpu_nodes(count=1)

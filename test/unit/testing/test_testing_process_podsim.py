@@ -144,3 +144,25 @@ def test_the_log_of_a_process_container_is_its_runs_output() -> None:
         container_log(second, "p", "main", previous=True, tail_lines=None, process_log=read)
         == "first run\n"
     )
+
+
+def test_a_process_sidecar_lets_the_next_start_and_runs_on_after_the_pod_until_it_exits() -> None:
+    spec = {
+        "restartPolicy": "Never",
+        "initContainers": [{"name": "proxy", "image": "p", "restartPolicy": "Always"}],
+        "containers": [{"name": "main", "image": "m"}],
+    }
+    manifest = {"metadata": {"name": "p", "uid": "u"}, "spec": spec}
+    behaviors = {"proxy": PROCESS, "main": PROCESS}
+    sim = new_pod(manifest, behaviors, host_ip="172.16.0.9", pod_ip="10.128.0.5", now=T0)
+
+    sim = process_started(sim, "proxy", _seconds(1))
+    assert _state(sim, "main")[0] == "creating"
+    done = process_exited(process_started(sim, "main", _seconds(2)), "main", 0, _seconds(3))
+
+    assert pod_phase(done) == "Succeeded"
+    assert _state(done, "proxy") == ("running", 0, True)  # the kubelet SIGTERMs its process
+    stopped = process_exited(done, "proxy", 143, _seconds(4))
+    status = pod_status(stopped)["initContainerStatuses"][0]
+    assert status["state"]["terminated"]["exitCode"] == 143
+    assert next_due(stopped) is None
