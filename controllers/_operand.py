@@ -175,8 +175,8 @@ class _OperandReconciler:
 
     async def _prune(self, policy: Policy, desired: list[dict[str, Any]]) -> None:
         wanted = {_identity(obj) for obj in desired}
+        component = self._operand.component
         for resource in OWNED.values():
-            component = self._operand.component
             found = owned_objects(self._cache, resource, self._namespace, component, policy.obj)
             for obj in found:
                 if _identity(obj) in wanted:

@@ -273,10 +273,7 @@ async def _volume_source(
     ):
         if field in volume:
             source = volume[field]
-            data = await _read(context, kind, source[key], request)
-            if data is None and not source.get("optional"):
-                raise ContainerConfigError(f'{kind} "{source[key]}" not found')
-            files = _items(data or {}, source, kind)
+            files = await _object_files(context, kind, source[key], source, request)
             _write_volume(folder, files, source.get("defaultMode", 0o644))
             return folder, True
     kinds = sorted(set(volume) - {"name"})
@@ -305,12 +302,20 @@ async def _projection(
     for field, kind in (("configMap", "configmap"), ("secret", "secret")):
         if field in source:
             reference = source[field]
-            data = await _read(context, kind, reference["name"], request)
-            if data is None and not reference.get("optional"):
-                raise ContainerConfigError(f'{kind} "{reference["name"]}" not found')
-            return _items(data or {}, reference, kind)
+            return await _object_files(context, kind, reference["name"], reference, request)
     kinds = sorted(source)
     raise ContainerConfigError(f"projected source {kinds} not supported by the simulated kubelet")
+
+
+async def _object_files(
+    context: PodContext, kind: str, name: str, source: Mapping[str, Any], request: ApiRequest
+) -> dict[str, tuple[bytes, int | None]]:
+    """The files ConfigMap or Secret ``name`` gives a volume as ``source`` (its ``items`` and
+    ``optional``) asks; a missing one that is not optional raises `ContainerConfigError`."""
+    data = await _read(context, kind, name, request)
+    if data is None and not source.get("optional"):
+        raise ContainerConfigError(f'{kind} "{name}" not found')
+    return _items(data or {}, source, kind)
 
 
 def _host_path(node_root: Path, host_path: Mapping[str, Any]) -> Path:

@@ -191,6 +191,7 @@ def node_status(
     node: SimulatedNode, now: datetime.datetime, kubelet_port: int = KUBELET_PORT
 ) -> dict[str, Any]:
     """The status of a healthy node: Ready, no pressure, capacity including its GPUs."""
+    kubelet_version = f"v{kubernetes_version()}"
     resources = {
         "cpu": node.cpu,
         "memory": node.memory,
@@ -233,8 +234,8 @@ def node_status(
             "kernelVersion": node.kernel_version,
             "osImage": node.os_image,
             "containerRuntimeVersion": node.container_runtime,
-            "kubeletVersion": f"v{kubernetes_version()}",
-            "kubeProxyVersion": f"v{kubernetes_version()}",
+            "kubeletVersion": kubelet_version,
+            "kubeProxyVersion": kubelet_version,
             "operatingSystem": "linux",
             "architecture": "amd64",
         },

@@ -31,7 +31,14 @@ from ._container import (
     service_account,
 )
 from ._nvidia import nvidia_runtime_mounts
-from ._podsim import PodSim, probe_result, process_exited, process_failed, process_started
+from ._podsim import (
+    PodSim,
+    probe_result,
+    process_exited,
+    process_failed,
+    process_started,
+    sidecar_names,
+)
 from ._sandboxed import SandboxedProcess, SandboxStartError
 
 __all__ = ["PodProcesses", "ProcessEvent"]
@@ -119,7 +126,7 @@ class PodProcesses:
         period is over): the sidecars' only once the others' have exited, one after another,
         last declared first. Processes that have exited already are left alone."""
         deadline = asyncio.get_running_loop().time() + grace_seconds
-        sidecars = _sidecars(self.context.pod)
+        sidecars = sidecar_names(self.context.pod)
         others = [p for name, (_, p) in self._running.items() if name not in sidecars]
         await asyncio.gather(*(p.stop(grace_seconds) for p in others))
         for name in reversed(sidecars):
@@ -206,12 +213,6 @@ async def _killed(process: SandboxedProcess) -> None:
 def _containers(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     spec = pod["spec"]
     return {c["name"]: c for kind in ("initContainers", "containers") for c in spec.get(kind) or []}
-
-
-def _sidecars(pod: Mapping[str, Any]) -> list[str]:
-    """The names of the pod's sidecars (init containers with restartPolicy Always), in order."""
-    inits = pod["spec"].get("initContainers") or []
-    return [c["name"] for c in inits if c.get("restartPolicy") == "Always"]
 
 
 def _hostname(context: PodContext) -> str:

@@ -57,6 +57,7 @@ __all__ = [
     "process_failed",
     "process_started",
     "rebooted",
+    "sidecar_names",
 ]
 
 CREATE_SECONDS = 0.05  # ContainerCreating -> Running: images are "present"
@@ -252,13 +253,14 @@ def new_pod(
 ) -> PodSim:
     """The simulation of `pod` (a JSON dict) as its kubelet starts it at `now`."""
     spec = pod["spec"]
+    sidecars = set(sidecar_names(pod))
     containers = tuple(
         ContainerSim(
             c["name"],
             c.get("image", ""),
             kind == "initContainers",
             behaviors[c["name"]],
-            sidecar=kind == "initContainers" and c.get("restartPolicy") == "Always",
+            sidecar=c["name"] in sidecars,
         )
         for kind in _KINDS
         for c in spec.get(kind) or []
@@ -272,6 +274,12 @@ def new_pod(
         containers=containers,
     )
     return _settle(sim, now)
+
+
+def sidecar_names(pod: Mapping[str, Any]) -> list[str]:
+    """The names of `pod`'s sidecars (init containers with restartPolicy Always), in order."""
+    inits = pod["spec"].get("initContainers") or []
+    return [c["name"] for c in inits if c.get("restartPolicy") == "Always"]
 
 
 def config_error_pod(

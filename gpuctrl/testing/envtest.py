@@ -150,7 +150,10 @@ class _Build:
             f"{self.folder}; the first build takes about {_FIRST_BUILD_MINUTES} minutes on 2 "
             f"cores (about 1 GB of modules), later ones reuse the binaries",
         )
-        scratch = Path(tempfile.mkdtemp(prefix=f".{self.folder.name}-", dir=self.folder.parent))
+        prefix = f".{self.folder.name}-"
+        for abandoned in self.folder.parent.glob(f"{prefix}*"):  # a killed build's, under our lock
+            shutil.rmtree(abandoned, ignore_errors=True)
+        scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=self.folder.parent))
         try:
             self._build_into(scratch)
             if self.folder.exists():  # an incomplete folder from elsewhere: replaced whole
@@ -175,7 +178,15 @@ class _Build:
         staging = _STAGING.findall(Path(module["GoMod"]).read_text())
         if not staging:
             raise BuildError(f"envtest: no staging modules in {module['GoMod']}")
-        _write_wrapper(kube, self.version, staging)
+        tag = "v0." + self.version.split(".", 1)[1]
+        packages = [f"k8s.io/kubernetes/cmd/{command}" for command in _KUBE_COMMANDS]
+        _write_module(
+            kube,
+            f"require k8s.io/kubernetes v{self.version}\n\nreplace (\n"
+            + "".join(f"\t{name} => {name} {tag}\n" for name in staging)
+            + ")\n",
+            packages,
+        )
         self._go("resolving the modules of Kubernetes", ["mod", "tidy"], cwd=kube)
         minor = self.version.split(".")[1]
         version_flags = " ".join(
@@ -187,40 +198,17 @@ class _Build:
                 ("gitTreeState", "clean"),
             )
         )
-        self._go(
-            "compiling " + ", ".join(_KUBE_COMMANDS),
-            [
-                "build",
-                "-v",
-                "-trimpath",
-                f"-ldflags=-s -w {version_flags}",
-                "-o",
-                str(bin_dir) + "/",
-                *(f"k8s.io/kubernetes/cmd/{command}" for command in _KUBE_COMMANDS),
-            ],
-            cwd=kube,
-        )
+        self._compile(", ".join(_KUBE_COMMANDS), kube, packages, version_flags, str(bin_dir) + "/")
         etcd = scratch / "etcd"
         etcd.mkdir()
-        (etcd / "go.mod").write_text("module gpuctrl.io/envtest/etcd\n\ngo 1.24.0\n")
-        (etcd / "tools.go").write_text(_tools_file(["go.etcd.io/etcd/server/v3"]))
+        _write_module(etcd, "", ["go.etcd.io/etcd/server/v3"])
         self._go(
             f"resolving the modules of etcd v{ETCD_VERSION}",
             ["get", f"go.etcd.io/etcd/server/v3@v{ETCD_VERSION}"],
             cwd=etcd,
         )
-        self._go(
-            f"compiling etcd v{ETCD_VERSION}",
-            [
-                "build",
-                "-v",
-                "-trimpath",
-                "-ldflags=-s -w",
-                "-o",
-                str(bin_dir / "etcd"),
-                "go.etcd.io/etcd/server/v3",
-            ],
-            cwd=etcd,
+        self._compile(
+            f"etcd v{ETCD_VERSION}", etcd, ["go.etcd.io/etcd/server/v3"], "", str(bin_dir / "etcd")
         )
         self._check(bin_dir)
 
@@ -239,6 +227,25 @@ class _Build:
         said = _output([str(bin_dir / "kubectl"), "version", "--client"])
         if f"v{self.version}" not in said:
             raise BuildError(f"envtest: kubectl version says {said!r}, not v{self.version}")
+
+    def _compile(
+        self, what: str, module: Path, packages: Sequence[str], ldflags: str, output: str
+    ) -> None:
+        """``go build`` ``packages`` of ``module`` into ``output`` (a file, or a folder ending
+        in ``/``), stripped, with ``ldflags`` added."""
+        self._go(
+            f"compiling {what}",
+            [
+                "build",
+                "-v",
+                "-trimpath",
+                f"-ldflags=-s -w {ldflags}".rstrip(),
+                "-o",
+                output,
+                *packages,
+            ],
+            cwd=module,
+        )
 
     def _go(self, step: str, args: Sequence[str], *, cwd: Path) -> str:
         """Run ``go args`` in ``cwd``, a progress line every minute; its standard output.
@@ -275,16 +282,12 @@ class _Build:
         return said
 
 
-def _write_wrapper(folder: Path, version: str, staging: Sequence[str]) -> None:
-    """A module requiring k8s.io/kubernetes at ``version`` with each staging module replaced by
-    its published tag."""
-    tag = "v0." + version.split(".", 1)[1]
-    replaces = "".join(f"\t{name} => {name} {tag}\n" for name in staging)
+def _write_module(folder: Path, requirements: str, packages: Sequence[str]) -> None:
+    """A module in ``folder`` with ``requirements`` (go.mod text after the go line) whose
+    tools.go imports ``packages``, so `go mod tidy` and `go build` resolve them."""
     (folder / "go.mod").write_text(
-        "module gpuctrl.io/envtest/kubernetes\n\ngo 1.24.0\n\n"
-        f"require k8s.io/kubernetes v{version}\n\nreplace (\n{replaces})\n"
+        f"module gpuctrl.io/envtest/{folder.name}\n\ngo 1.24.0\n\n{requirements}"
     )
-    packages = [f"k8s.io/kubernetes/cmd/{command}" for command in _KUBE_COMMANDS]
     (folder / "tools.go").write_text(_tools_file(packages))
 
 

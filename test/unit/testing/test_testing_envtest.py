@@ -57,8 +57,10 @@ def test_an_old_go_is_refused_by_name(monkeypatch: pytest.MonkeyPatch, tmp_path:
 
 
 def test_a_failed_build_says_the_step_in_one_line_and_leaves_no_folder(tmp_path: Path) -> None:
-    """A release the module proxy does not serve fails in the first go step, for real."""
+    """A release the module proxy does not serve fails in the first go step, for real; the
+    scratch folder a killed build of the same release left is removed too."""
     folder = tmp_path / "envtest" / "1.34.999"
+    (folder.parent / ".1.34.999-killed" / "kubernetes").mkdir(parents=True)
     out = io.StringIO()
     with pytest.raises(BuildError) as error:
         ensure_binaries("1.34.999", folder=folder, out=out)
