@@ -7,7 +7,10 @@
   server that closes watches at once cannot make the reflector hot-loop.
 - A dead stream (a half-open connection, a proxy that stopped forwarding) is noticed by a read
   timeout: ``read_timeout`` seconds with not one byte (the API server sends a bookmark or an
-  event well within a minute on a healthy watch) end the watch, which is resumed at once.
+  event well within a minute on a healthy watch) end the watch, which is resumed at once. That
+  is also how a watch of a quiet resource ends, so it is a normal end, like the server's own
+  timeout: the backoff is reset and nothing is logged above debug (if the connection is dead,
+  the next watch fails to open, and that backs off).
 - 410 Gone (an HTTP status or an ERROR event: the resourceVersion was compacted) -> relist from
   the last resourceVersion (served by the watch cache, "not older than"); if that list is also
   Gone, or the watch from the relisted version is Gone again, from "" (a quorum read, paged).
@@ -173,9 +176,15 @@ class Reflector:
         self._watches.inc()
         watching = self._client.watch(self._path, query, limits, metadata_only=self._metadata_only)
         async with aclosing(watching) as events:
-            async for event in events:
-                delivered = True
-                self._handle(event)
+            try:
+                async for event in events:
+                    delivered = True
+                    self._handle(event)
+            except aiohttp.SocketTimeoutError:  # sock_read: quiet, not failed (module docstring)
+                log.debug(
+                    "watch %s silent for %s s; watching again", self._path, self._read_timeout
+                )
+                return
         if not delivered and self._clock.now() - opened < _MIN_WATCH:
             raise EmptyWatch(f"the server ended a watch of {self._path} at once, with no event")
 

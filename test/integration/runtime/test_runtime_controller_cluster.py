@@ -34,11 +34,20 @@ async def new_manager(control_plane: ControlPlane) -> Manager:
     )
 
 
+SOURCES = "role=source"
+
+
 def copier(manager: Manager) -> Any:
-    """A reconciler that keeps ``<name>-copy`` (owned by the source) equal to each source."""
+    """A reconciler that keeps ``<name>-copy`` (owned by the source) equal to each source.
+
+    It reads the source through the informer that enqueued it (the selected one): the owned
+    copies' informer also holds sources, but its watch may lag, and a source it has not seen
+    yet would be taken for deleted, with no later event to enqueue it again."""
 
     async def reconcile(request: Request) -> Result | None:
-        source = manager.cache.get(CONFIGMAPS, request.name, request.namespace)
+        source = manager.cache.get(
+            CONFIGMAPS, request.name, request.namespace, label_selector=SOURCES
+        )
         if source is None:
             return None
         copy = configmap(f"{request.name}-copy", request.namespace, **source.get("data", {}))
@@ -72,7 +81,7 @@ async def test_controller_converges_before_and_after_start_and_restores_owned(
         for_=CONFIGMAPS,
         owns=[CONFIGMAPS],
         namespace=namespace,
-        label_selector="role=source",
+        label_selector=SOURCES,
         max_concurrent_reconciles=2,
     )
     async with running(manager):

@@ -198,3 +198,38 @@ async def test_gone_relists_from_the_last_resource_version(
     async with reflecting(client, clock, Sink()):
         assert client.lists == [{"resourceVersion": "0"}, {"resourceVersion": "11"}]
         assert clock.next_deadline is None  # no pause before a relist
+
+
+async def test_quiet_watches_ended_by_the_read_timeout_rewatch_at_once(
+    api: ApiClient, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 25 item 7: a watch of a quiet resource ends by the read timeout; that is a normal
+    end (re-watched at once, backoff reset, no warning), not a failure."""
+    quiet: list[Step] = [aiohttp.SocketTimeoutError("Timeout on reading data from socket")]
+    scripts: list[list[Step]] = [
+        [aiohttp.ClientConnectionError("connection reset")],  # a real failure: 0.8 s
+        quiet,
+        quiet,
+        quiet,
+        [{"type": "MODIFIED", "object": cm("a", "11")}, aiohttp.ClientConnectionError("reset")],
+        quiet,
+        [aiohttp.ClientConnectionError("connection reset")],
+    ]
+    sink = Sink()
+    client = ScriptedClient(api, scripts)
+    with caplog.at_level("DEBUG", logger="gpuctrl.runtime.reflector"):
+        async with reflecting(client, clock, sink):
+            pauses: list[float] = []
+            while (deadline := clock.next_deadline) is not None:
+                pauses.append(deadline - clock.now())
+                await clock.step(pauses[-1])
+            assert sink.seen == [("list", "10"), ("MODIFIED", "11")]
+            assert len(client.watches) == len(scripts) + 1
+            assert len(client.lists) == 1
+    # Only the three connection errors waited, each the first step of a backoff the quiet
+    # ends had reset.
+    assert len(pauses) == 3
+    assert all(0.6 <= p <= 0.8 for p in pauses), pauses
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 3
+    assert not [r for r in warnings if "Timeout on reading" in r.getMessage()]
