@@ -11,6 +11,7 @@ from webhooks._certmanager import SECRET_NAME, CertificateManager
 from webhooks._configuration import (
     CONFIGURATION_NAME,
     WEBHOOK_NAME,
+    WEBHOOK_NAMES,
     ConfigurationKeeper,
     ensure_configuration,
     webhook_configuration,
@@ -26,6 +27,7 @@ __all__ = [
     "POD_POLICIES",
     "SECRET_NAME",
     "WEBHOOK_NAME",
+    "WEBHOOK_NAMES",
     "CertificateManager",
     "ConfigurationKeeper",
     "InvalidPod",

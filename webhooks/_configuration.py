@@ -6,7 +6,16 @@ before Istio's objectSelector is evaluated, and Istio's injector is then never c
 pods labelled ``app.kubernetes.io/managed-by: gpuctrl`` in the operands' namespace (selected by
 its ``kubernetes.io/metadata.name`` label, which the apiserver sets on every namespace since
 1.21) are sent to it, and never the kubelet's mirror pods (a ``matchConditions`` rule, 1.28+),
-so an outage of the webhook (``failurePolicy: Fail``) can never block anybody else's pods.
+so an outage of the webhook can never block anybody else's pods.
+
+It holds two webhooks calling the same endpoint, which differ in what an outage does:
+
+- ``pod-policy.gpuctrl.io``: the validator's workload pods (``failurePolicy: Fail``). These
+  run to completion, so a mesh sidecar injected for want of the opt-out would hang them: such
+  a pod is refused until the webhook answers, and the validator creates it again.
+- ``operand-pod-policy.gpuctrl.io``: every other gpuctrl pod, the driver, toolkit, validator
+  and device plugin (``failurePolicy: Ignore``). A webhook outage must never keep them off a
+  new or rebooted node: such a pod then starts without its PodPolicies' changes.
 """
 
 from __future__ import annotations
@@ -23,7 +32,9 @@ from gpuctrl.runtime.webhook import CERT_FILE
 __all__ = [
     "CONFIGURATION_NAME",
     "MUTATING_WEBHOOK_CONFIGURATIONS",
+    "OPERAND_WEBHOOK_NAME",
     "WEBHOOK_NAME",
+    "WEBHOOK_NAMES",
     "ConfigurationKeeper",
     "ensure_configuration",
     "published_bundle",
@@ -35,6 +46,11 @@ log = logging.getLogger("gpuctrl.webhook")
 
 CONFIGURATION_NAME = "gpuctrl-pod-policy"
 WEBHOOK_NAME = "pod-policy.gpuctrl.io"
+OPERAND_WEBHOOK_NAME = "operand-pod-policy.gpuctrl.io"
+WEBHOOK_NAMES = (WEBHOOK_NAME, OPERAND_WEBHOOK_NAME)
+_MANAGED = {"app.kubernetes.io/managed-by": "gpuctrl"}
+_COMPONENT = "app.kubernetes.io/component"
+_WORKLOADS = "validator-workloads"
 MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "admissionregistration.k8s.io/v1",
     "MutatingWebhookConfiguration",
@@ -64,40 +80,76 @@ def webhook_configuration(
             "labels": {"app.kubernetes.io/managed-by": "gpuctrl"},
         },
         "webhooks": [
-            {
-                "name": WEBHOOK_NAME,
-                "clientConfig": {**client_config, "caBundle": base64.b64encode(ca_bundle).decode()},
-                "rules": [
-                    {
-                        "operations": ["CREATE"],
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "objectSelector": {"matchLabels": {"app.kubernetes.io/managed-by": "gpuctrl"}},
-                "matchConditions": [NOT_A_MIRROR_POD],
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "timeoutSeconds": 5,
-                "reinvocationPolicy": "IfNeeded",
-                "admissionReviewVersions": ["v1"],
-                "matchPolicy": "Equivalent",
-            }
+            _webhook(
+                WEBHOOK_NAME,
+                {"matchLabels": {**_MANAGED, _COMPONENT: _WORKLOADS}},
+                "Fail",
+                client_config,
+                ca_bundle,
+                namespace,
+            ),
+            _webhook(
+                OPERAND_WEBHOOK_NAME,
+                {
+                    "matchLabels": _MANAGED,
+                    "matchExpressions": [
+                        {"key": _COMPONENT, "operator": "NotIn", "values": [_WORKLOADS]}
+                    ],
+                },
+                "Ignore",
+                client_config,
+                ca_bundle,
+                namespace,
+            ),
         ],
     }
 
 
+def _webhook(
+    name: str,
+    object_selector: dict[str, Any],
+    failure_policy: str,
+    client_config: dict[str, Any],
+    ca_bundle: bytes,
+    namespace: str,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "clientConfig": {**client_config, "caBundle": base64.b64encode(ca_bundle).decode()},
+        "rules": [
+            {
+                "operations": ["CREATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ],
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "objectSelector": object_selector,
+        "matchConditions": [NOT_A_MIRROR_POD],
+        "failurePolicy": failure_policy,
+        "sideEffects": "None",
+        "timeoutSeconds": 5,
+        "reinvocationPolicy": "IfNeeded",
+        "admissionReviewVersions": ["v1"],
+        "matchPolicy": "Equivalent",
+    }
+
+
 def published_bundle(configuration: dict[str, Any] | None) -> bytes | None:
-    """The caBundle (PEM) the apiserver trusts for gpuctrl's webhook, None without one."""
+    """The caBundle (PEM) the apiserver trusts for every one of gpuctrl's webhooks: None
+    without any, empty while they disagree (a change half made: nothing new is trusted yet)."""
     if configuration is None:
         return None
-    for webhook in configuration.get("webhooks") or ():
-        if webhook.get("name") == WEBHOOK_NAME:
-            return base64.b64decode(webhook.get("clientConfig", {}).get("caBundle", ""))
-    return None
+    bundles = {
+        base64.b64decode(webhook.get("clientConfig", {}).get("caBundle", ""))
+        for webhook in configuration.get("webhooks") or ()
+        if webhook.get("name") in WEBHOOK_NAMES
+    }
+    if not bundles:
+        return None
+    return bundles.pop() if len(bundles) == 1 else b""
 
 
 async def read_configuration(client: Client) -> dict[str, Any] | None:
@@ -137,7 +189,7 @@ async def ensure_configuration(
             **stored,
             "webhooks": [
                 {**w, "clientConfig": {**w.get("clientConfig", {}), "caBundle": encoded}}
-                if w.get("name") == WEBHOOK_NAME
+                if w.get("name") in WEBHOOK_NAMES
                 else w
                 for w in stored.get("webhooks") or ()
             ],

@@ -2,11 +2,18 @@
 
 `mutate` applies every PodPolicy that targets the pod, in name order, each seeing the pod as
 the previous ones left it: the mesh opt-outs (`mesh_opt_outs`), ``spec.labels`` and
-``spec.annotations`` (an opt-out wins over a label or annotation of the same key in the same
-policy), and each requests/limits entry of ``spec.resources`` on every container and init
-container (entries it does not name are kept). Where two policies set one key to different
-values the later one wins and a warning names both. The patch holds no operation for a value
-that is already equal, so calling `mutate` again on the patched pod yields no patch.
+``spec.annotations``, and each requests/limits entry of ``spec.resources`` on every container
+and init container (entries it does not name are kept). Where two policies set one key to
+different values the later one wins and a warning names both.
+
+What a policy may not do is skipped with a warning, whatever the policy says (the webhook only
+loads valid policies; this holds for any caller): set a key `refused_key` refuses, or change a
+label or annotation the pod was created with (its controller may select on it, as a DaemonSet
+does on ``app``: a changed selector label makes it create pods without end). A mesh opt-out
+may replace what the pod says about that mesh: it only ever turns injection off.
+
+The patch holds no operation for a value that is already equal, so calling `mutate` again on
+the patched pod yields no patch.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from api.v1alpha1 import PodPolicy, mesh_opt_outs, targets_pod
+from api.v1alpha1 import PodPolicy, mesh_opt_outs, refused_key, targets_pod
 from gpuctrl.runtime.webhook import patched
 
 __all__ = ["InvalidPod", "Mutation", "mutate"]
@@ -39,6 +46,10 @@ def mutate(pod: Mapping[str, Any], policies: Iterable[PodPolicy]) -> Mutation:
     request's object and is not changed. Raises `InvalidPod` on a pod of the wrong shape."""
     _check_shape(pod)
     mutated = _writable(pod)
+    created_with = {
+        kind: dict((pod.get("metadata") or {}).get(kind) or {})
+        for kind in ("labels", "annotations")
+    }
     setters: dict[tuple[str, ...], tuple[str, str]] = {}  # field -> (policy, value) that set it
     warnings: list[str] = []
     changed_by: list[str] = []
@@ -47,7 +58,11 @@ def mutate(pod: Mapping[str, Any], policies: Iterable[PodPolicy]) -> Mutation:
         if not targets_pod(policy.spec.targets, labels):
             continue
         changed = False
-        for field, value in _settings(policy, mutated):
+        for field, value, opt_out in _settings(policy, mutated):
+            refusal = None if opt_out else _refusal(field, value, created_with)
+            if refusal is not None:
+                warnings.append(f"PodPolicy {_name(policy)} {refusal}")
+                continue
             changed |= _set(mutated, field, value)
             previous = setters.get(field)
             if previous is not None and previous[1] != value:
@@ -99,24 +114,50 @@ def _name(policy: PodPolicy) -> str:
     return str(policy.metadata.get("name", ""))
 
 
-def _settings(policy: PodPolicy, pod: Mapping[str, Any]) -> list[tuple[tuple[str, ...], str]]:
-    """(field, value) pairs the policy sets: ``("label", key)``, ``("annotation", key)`` or
-    ``(containers field, index, "requests"/"limits", resource)``."""
+_Setting = tuple[tuple[str, ...], str, bool]
+
+
+def _settings(policy: PodPolicy, pod: Mapping[str, Any]) -> list[_Setting]:
+    """(field, value, is a mesh opt-out) the policy sets, fields being ``("labels", key)``,
+    ``("annotations", key)`` or ``(containers field, index, "requests"/"limits", resource)``;
+    the opt-outs come last, so they win over the policy's own labels and annotations."""
     spec = policy.spec
     opt_out_labels, opt_out_annotations = mesh_opt_outs(spec.meshes)
-    settings: list[tuple[tuple[str, ...], str]] = []
-    for kind, values in (
-        ("labels", {**spec.labels, **opt_out_labels}),
-        ("annotations", {**spec.annotations, **opt_out_annotations}),
+    settings: list[_Setting] = []
+    for kind, values, opt_out in (
+        ("labels", spec.labels, False),
+        ("annotations", spec.annotations, False),
+        ("labels", opt_out_labels, True),
+        ("annotations", opt_out_annotations, True),
     ):
-        settings += [((kind, key), value) for key, value in values.items()]
+        settings += [((kind, key), value, opt_out) for key, value in values.items()]
     if spec.resources is not None:
         for list_name in ("initContainers", "containers"):
             for index, _ in enumerate((pod.get("spec") or {}).get(list_name) or ()):
                 for section in ("requests", "limits"):
                     for resource, quantity in getattr(spec.resources, section).items():
-                        settings.append(((list_name, str(index), section, resource), quantity))
+                        field = (list_name, str(index), section, resource)
+                        settings.append((field, quantity, False))
     return settings
+
+
+def _refusal(
+    field: tuple[str, ...], value: str, created_with: Mapping[str, Mapping[str, str]]
+) -> str | None:
+    """Why the label or annotation ``field`` is left as it is, or None to set it."""
+    if field[0] not in created_with:
+        return None
+    kind, key = field
+    reason = refused_key(key)
+    if reason is not None:
+        return f"may not set {_describe(field)}: {reason}; left unchanged"
+    old = created_with[kind].get(key)
+    if old is not None and old != value:
+        return (
+            f"would change {_describe(field)} from {old!r} to {value!r}, which the pod was "
+            "created with; left unchanged"
+        )
+    return None
 
 
 def _set(pod: dict[str, Any], field: tuple[str, ...], value: str) -> bool:

@@ -28,6 +28,7 @@ from api.v1alpha1._podpolicy import (
     PodTargets,
     TargetComponent,
     mesh_opt_outs,
+    refused_key,
 )
 from api.v1alpha1._quantity import parse_quantity
 from api.v1alpha1._selector import (
@@ -103,6 +104,7 @@ __all__ = [
     "load_pod_policy",
     "mesh_opt_outs",
     "parse_quantity",
+    "refused_key",
     "selector_matches",
     "targets_pod",
     "validate",

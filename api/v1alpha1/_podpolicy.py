@@ -28,6 +28,7 @@ __all__ = [
     "PodTargets",
     "TargetComponent",
     "mesh_opt_outs",
+    "refused_key",
 ]
 
 Mesh = Literal["istio", "linkerd", "kuma", "consul"]
@@ -61,6 +62,47 @@ def mesh_opt_outs(meshes: list[Mesh]) -> tuple[dict[str, str], dict[str, str]]:
         opt_out = MESH_OPT_OUTS[mesh]
         (labels if opt_out.kind == "label" else annotations)[opt_out.key] = opt_out.value
     return labels, annotations
+
+
+# Keys a PodPolicy may not set, by the owner of their namespace: what each would let a policy
+# author change (see docs/podpolicy.md, "What a PodPolicy may set").
+_REFUSED_DOMAINS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("kubernetes.io", "k8s.io"),
+        "reserved for Kubernetes, whose keys change a pod's security, devices or scheduling "
+        "(AppArmor, seccomp, CDI devices)",
+    ),
+    (("gpuctrl.io", "nvidia.com"), "gpuctrl's and NVIDIA's own keys, which gpuctrl relies on"),
+    (
+        ("istio.io", "linkerd.io", "kuma.io", "hashicorp.com"),
+        "a service mesh's own configuration: spec.meshes turns a mesh off, nothing else of it "
+        "may change",
+    ),
+    (("openshift.io",), "OpenShift's security context constraints"),
+)
+_RUNTIME_PREFIXES = ("io.kubernetes.", "io.containerd.", "io.katacontainers.", "run.oci.")
+_SELECTOR_LABELS = frozenset({"app"})
+
+
+def refused_key(key: str) -> str | None:
+    """Why a PodPolicy may not set the label or annotation ``key``, or None when it may.
+
+    Refused are the keys the operands' controllers select on, and every key under a domain
+    whose owner gives it a meaning for security, devices, a mesh or gpuctrl itself (a domain
+    and its subdomains: ``container.apparmor.security.beta.kubernetes.io``), and the container
+    runtimes' annotations."""
+    if key in _SELECTOR_LABELS:
+        return "the label the operands' DaemonSets select their pods by"
+    if key.startswith(_RUNTIME_PREFIXES):
+        return (
+            "a container runtime's annotation (CRI-O, containerd, Kata, OCI), which can "
+            "change a container's devices or isolation"
+        )
+    domain = key.rpartition("/")[0]
+    for owned, reason in _REFUSED_DOMAINS:
+        if any(domain == d or domain.endswith(f".{d}") for d in owned):
+            return reason
+    return None
 
 
 _NO_VALUES = f"self.operator in {literal(('Exists', 'DoesNotExist'))}"

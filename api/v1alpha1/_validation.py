@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from api.v1alpha1._base import wire
 from api.v1alpha1._clusterpolicy import ClusterPolicy, ClusterPolicySpec
 from api.v1alpha1._component import Component, Image, image_reference
-from api.v1alpha1._podpolicy import PodPolicy, PodPolicySpec
+from api.v1alpha1._podpolicy import PodPolicy, PodPolicySpec, refused_key
 from api.v1alpha1._rules import (
     Problem,
     annotation_problems,
@@ -129,6 +129,8 @@ def validate_pod_policy(policy: PodPolicy) -> list[Problem]:
         rule_problems(PodPolicySpec, wire(spec), "spec"),
         label_problems("spec.labels", spec.labels),
         annotation_problems("spec.annotations", spec.annotations),
+        _refused_keys("spec.labels", spec.labels),
+        _refused_keys("spec.annotations", spec.annotations),
         resource_problems("spec.resources", spec.resources),
     ]
     if spec.targets.selector is not None:
@@ -136,6 +138,13 @@ def validate_pod_policy(policy: PodPolicy) -> list[Problem]:
             label_problems("spec.targets.selector.matchLabels", spec.targets.selector.match_labels)
         )
     return [problem for check in checks for problem in check]
+
+
+def _refused_keys(path: str, values: Mapping[str, str]) -> Iterator[Problem]:
+    for key in values:
+        reason = refused_key(key)
+        if reason is not None:
+            yield Problem(f"{path}[{key}]", f"a PodPolicy may not set {key!r}: {reason}")
 
 
 def _components(policy: ClusterPolicy) -> list[tuple[str, Component]]:

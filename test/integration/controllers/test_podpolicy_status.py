@@ -40,10 +40,12 @@ async def test_ready_follows_the_generation_and_no_targets_is_reported(
     try:
         await client.create(POD_POLICIES, body)
 
-        async def reported(generation: int, targeting: str) -> dict[str, dict[str, Any]]:
+        async def reported(
+            generation: int, targeting: str, ready: str = "True"
+        ) -> dict[str, dict[str, Any]]:
             found = conditions(await client.get(POD_POLICIES, name))
             assert set(found) == {"Ready", "Targeting"}
-            assert found["Ready"]["status"] == "True"
+            assert found["Ready"]["status"] == ready
             assert found["Ready"]["observedGeneration"] == generation
             assert found["Targeting"]["status"] == targeting
             return found
@@ -54,6 +56,11 @@ async def test_ready_follows_the_generation_and_no_targets_is_reported(
         stored["spec"]["targets"]["components"] = ["validator-workloads"]
         await client.replace(POD_POLICIES, stored)
         await eventually(lambda: reported(2, "True"))
+        # a policy that would rewrite the DaemonSets' selector label is refused, by key
+        await client.merge_patch(POD_POLICIES, name, {"spec": {"labels": {"app": "other"}}})
+        refused = await eventually(lambda: reported(3, "True", ready="False"))
+        assert refused["Ready"]["reason"] == "Invalid"
+        assert "spec.labels[app]: a PodPolicy may not set 'app'" in refused["Ready"]["message"]
     finally:
         await Client(manager.client.api_client).delete(POD_POLICIES, name)
         stop.set()

@@ -174,6 +174,11 @@ async def test_dry_run_and_pods_of_other_namespaces(
 
     await eventually(labelled, within=30)
     assert await client.list(PODS, namespace) == [], "a dry run creates nothing"
+    own = workload_pod(namespace)
+    own["metadata"]["labels"]["team"] = "ml"
+    pod = await client.request("POST", PODS.path(namespace), query={"dryRun": "All"}, body=own)
+    assert pod["metadata"]["labels"]["team"] == "ml", "a label the pod came with is kept"
+    assert pod["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
     other = "default"
     pod = await client.request(
         "POST", PODS.path(other), query={"dryRun": "All"}, body=workload_pod(other)
@@ -185,8 +190,10 @@ async def test_dry_run_and_pods_of_other_namespaces(
 async def test_an_outage_blocks_only_the_operands_namespace(
     control_plane: ControlPlane, kube_api: ApiClient, namespace: str, tmp_path: Path
 ) -> None:
-    """With the webhook down (failurePolicy Fail), a pod labelled managed-by gpuctrl elsewhere
-    is admitted: the configuration selects the operands' namespace by its name label."""
+    """With the webhook down, a pod labelled managed-by gpuctrl elsewhere is admitted (the
+    configuration selects the operands' namespace by its name label), and so is an operand's
+    pod in the operands' namespace (failurePolicy Ignore); only the validator's workload pods,
+    which a mesh sidecar would hang, are refused (Fail)."""
     process = await start_webhook(
         control_plane, namespace, free_port(), "--manage-certificates",
         "--cert-dir", str(tmp_path / "certs"),
@@ -205,6 +212,13 @@ async def test_an_outage_blocks_only_the_operands_namespace(
             "POST", PODS.path("default"), query=dry_run, body=workload_pod("default")
         )
         assert other["metadata"]["namespace"] == "default"
+        for component in ("driver", "toolkit", "validator", "device-plugin"):
+            operand = workload_pod(namespace)
+            operand["metadata"]["labels"]["app.kubernetes.io/component"] = component
+            admitted = await client.request(
+                "POST", PODS.path(namespace), query=dry_run, body=operand
+            )
+            assert admitted["metadata"]["namespace"] == namespace
         with pytest.raises(ApiError, match="failed calling webhook"):
             await client.request(
                 "POST", PODS.path(namespace), query=dry_run, body=workload_pod(namespace)

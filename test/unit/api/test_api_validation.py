@@ -262,6 +262,39 @@ def test_valid_policies_pass(mapping: dict[str, Any]) -> None:
             id="selector",
         ),
         pytest.param({"meshes": ["cilium"]}, "spec.meshes[0]: Input should be", id="mesh"),
+        pytest.param(
+            {"labels": {"app": "not-the-daemonset"}},
+            "spec.labels[app]: a PodPolicy may not set 'app': the label the operands' "
+            "DaemonSets select their pods by",
+            id="selector-label",
+        ),
+        pytest.param(
+            {"labels": {"app.kubernetes.io/component": "x"}},
+            "spec.labels[app.kubernetes.io/component]: a PodPolicy may not set",
+            id="kubernetes-label",
+        ),
+        pytest.param(
+            {"annotations": {"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}},
+            "spec.annotations[container.apparmor.security.beta.kubernetes.io/main]: a PodPolicy "
+            "may not set",
+            id="apparmor",
+        ),
+        pytest.param(
+            {"annotations": {"sidecar.istio.io/proxyImage": "evil"}},
+            "spec.annotations[sidecar.istio.io/proxyImage]: a PodPolicy may not set "
+            "'sidecar.istio.io/proxyImage': a service mesh's own configuration",
+            id="mesh-setting",
+        ),
+        pytest.param(
+            {"labels": {"sidecar.istio.io/inject": "true"}},
+            "spec.labels[sidecar.istio.io/inject]: a PodPolicy may not set",
+            id="mesh-opt-in",
+        ),
+        pytest.param(
+            {"annotations": {"io.kubernetes.cri-o.Devices": "/dev/sda"}},
+            "spec.annotations[io.kubernetes.cri-o.Devices]: a PodPolicy may not set",
+            id="runtime-annotation",
+        ),
     ],
 )
 def test_pod_policy_rules(spec: dict[str, Any], expected: str) -> None:
@@ -274,3 +307,12 @@ def test_pod_policy_rules(spec: dict[str, Any], expected: str) -> None:
 def test_pod_policy_sample_is_valid() -> None:
     policy = load_pod_policy({"spec": {"meshes": ["istio", "kuma"], "labels": {"a": "b"}}})
     assert policy.spec.meshes == ["istio", "kuma"]
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["team", "example.com/owner", "kubernetes.io.example.com/x", "mykubernetes.io/x", "apps"],
+)
+def test_pod_policy_may_set_plain_keys(key: str) -> None:
+    """A domain is refused with its subdomains, not every name that merely ends like it."""
+    load_pod_policy({"spec": {"labels": {key: "v"}, "annotations": {key: "v"}}})

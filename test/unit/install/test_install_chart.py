@@ -34,6 +34,7 @@ from install_manifests import (
 from api.chartgen import chart_files
 from api.crdgen import crd_files
 from api.v1alpha1 import load_cluster_policy, load_pod_policy
+from webhooks._configuration import webhook_configuration
 
 helm = pytest.importorskip("helm_python", reason="the chart tests need `make test`'s helm extra")
 
@@ -193,9 +194,16 @@ def test_values_written_for_nvidias_chart_with_a_node_local_repo_and_istio() -> 
         namespace = obj["metadata"].get("namespace")
         assert namespace in (None, "gpu-operator", "default"), obj["metadata"]
     configuration = only(rendered, "MutatingWebhookConfiguration")
-    assert configuration["webhooks"][0]["clientConfig"]["service"]["namespace"] == "gpu-operator"
-    selector = {"matchLabels": {"kubernetes.io/metadata.name": "gpu-operator"}}
-    assert configuration["webhooks"][0]["namespaceSelector"] == selector
+    service = {
+        "name": "gpuctrl-webhook",
+        "namespace": "gpu-operator",
+        "path": "/mutate-v1-pod",
+        "port": 443,
+    }
+    expected = webhook_configuration({"service": service}, b"", "gpu-operator")["webhooks"]
+    for webhook in expected:
+        del webhook["clientConfig"]["caBundle"]
+    assert configuration["webhooks"] == expected
     for binding in (o for o in rendered if o["kind"].endswith("RoleBinding")):
         assert binding["subjects"][0]["namespace"] == "gpu-operator"
     manager = next(o for o in rendered if o["metadata"]["name"] == "gpuctrl-manager")

@@ -11,7 +11,7 @@ import pytest
 from install_manifests import CONFIG, NAMESPACE, REPO, by_key, kubectls, kustomize
 
 from api.v1alpha1._component import AGENT_VERSION
-from webhooks._configuration import NOT_A_MIRROR_POD
+from webhooks._configuration import webhook_configuration
 
 INSTALL = kustomize(CONFIG / "default")
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
@@ -142,31 +142,17 @@ def test_webhook_configuration() -> None:
     assert name == "gpuctrl-pod-policy"
     # Called before Istio's injector, whose configurations the apiserver calls after ours.
     assert sorted([name, "istio-sidecar-injector", "istio-revision-tag-default"])[0] == name
-    (webhook,) = configuration["webhooks"]
-    assert webhook["failurePolicy"] == "Fail"
-    assert webhook["sideEffects"] == "None"
-    assert webhook["timeoutSeconds"] == 5
-    assert webhook["reinvocationPolicy"] == "IfNeeded"
-    assert webhook["admissionReviewVersions"] == ["v1"]
-    assert webhook["objectSelector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "gpuctrl"}}
-    assert webhook["namespaceSelector"] == {
-        "matchLabels": {
-            "kubernetes.io/metadata.name": webhook["clientConfig"]["service"]["namespace"]
-        }
-    }
-    assert webhook["matchConditions"] == [NOT_A_MIRROR_POD]
-    assert webhook["rules"] == [
-        {
-            "apiGroups": [""],
-            "apiVersions": ["v1"],
-            "operations": ["CREATE"],
-            "resources": ["pods"],
-            "scope": "Namespaced",
-        }
-    ]
-    assert webhook["clientConfig"]["service"] == {
+    service = {
         "name": "gpuctrl-webhook",
         "namespace": NAMESPACE,
         "path": "/mutate-v1-pod",
         "port": 443,
     }
+    # The same webhooks as the ones `gpuctrl webhook --webhook-url` keeps, but for the caBundle.
+    expected = webhook_configuration({"service": service}, b"", NAMESPACE)["webhooks"]
+    for webhook in expected:
+        del webhook["clientConfig"]["caBundle"]
+    assert configuration["webhooks"] == expected
+    policies = {w["name"]: w["failurePolicy"] for w in configuration["webhooks"]}
+    # An outage never keeps an operand off a node; workload pods keep their mesh opt-out.
+    assert policies == {"pod-policy.gpuctrl.io": "Fail", "operand-pod-policy.gpuctrl.io": "Ignore"}

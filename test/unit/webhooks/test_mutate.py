@@ -44,10 +44,22 @@ CASES = [
         id="absent-annotations-added-whole",
     ),
     pytest.param(
-        pod({**WORKLOAD, "k~1": "old"}),
+        pod(),
         [policy("a", labels={"k~1": "new"})],
-        [{"op": "replace", "path": "/metadata/labels/k~01", "value": "new"}],
-        id="tilde-escaped-replace",
+        [{"op": "add", "path": "/metadata/labels/k~01", "value": "new"}],
+        id="tilde-escaped-add",
+    ),
+    pytest.param(
+        pod({**WORKLOAD, "app": "gpuctrl-validator", "team": "ml"}),
+        [policy("a", labels={"app": "not-the-daemonset", "team": "other", "new": "x"})],
+        [{"op": "add", "path": "/metadata/labels/new", "value": "x"}],
+        id="labels-the-pod-came-with-kept",
+    ),
+    pytest.param(
+        pod({**WORKLOAD, "sidecar.istio.io/inject": "true"}),
+        [policy("istio", meshes=["istio"])],
+        [{"op": "replace", "path": "/metadata/labels/sidecar.istio.io~1inject", "value": "false"}],
+        id="opt-out-replaces-the-pods-own-mesh-setting",
     ),
     pytest.param(
         pod({**WORKLOAD, "sidecar.istio.io/inject": "false"}),
@@ -221,3 +233,57 @@ def test_the_request_object_is_not_changed() -> None:
 def test_a_pod_of_the_wrong_shape_is_named(broken: dict[str, Any], where: str) -> None:
     with pytest.raises(InvalidPod, match=where):
         mutate(broken, [policy("a", meshes=["istio"])])
+
+
+REFUSED = [
+    ("labels", "app"),
+    ("labels", "app.kubernetes.io/managed-by"),
+    ("labels", "gpuctrl.io/policy"),
+    ("labels", "sidecar.istio.io/inject"),
+    ("annotations", "container.apparmor.security.beta.kubernetes.io/main"),
+    ("annotations", "seccomp.security.alpha.kubernetes.io/pod"),
+    ("annotations", "cdi.k8s.io/gpu"),
+    ("annotations", "sidecar.istio.io/proxyImage"),
+    ("annotations", "sidecar.istio.io/userVolume"),
+    ("annotations", "linkerd.io/inject"),
+    ("annotations", "config.linkerd.io/skip-outbound-ports"),
+    ("annotations", "consul.hashicorp.com/connect-inject"),
+    ("annotations", "io.kubernetes.cri-o.Devices"),
+    ("annotations", "run.oci.keep_original_groups"),
+]
+
+
+@pytest.mark.parametrize(("kind", "key"), REFUSED)
+def test_a_refused_key_is_never_set_even_from_a_policy_that_skipped_validation(
+    kind: str, key: str
+) -> None:
+    mutation = mutate(pod(), [policy("bad", **{kind: {key: "unconfined"}, "meshes": ["kuma"]})])
+    result = jsonpatch.apply_patch(pod(), list(mutation.patch))
+    assert key not in (result["metadata"].get(kind) or {})
+    assert result["metadata"]["labels"]["kuma.io/sidecar-injection"] == "disabled"
+    (warning,) = mutation.warnings
+    assert warning.startswith(f"PodPolicy bad may not set {kind[:-1]} {key}:")
+
+
+def test_a_later_policy_cannot_undo_a_mesh_opt_out() -> None:
+    policies = [
+        policy("a-opt-out", meshes=["istio", "linkerd"]),
+        policy(
+            "z-undo",
+            labels={"sidecar.istio.io/inject": "true"},
+            annotations={"linkerd.io/inject": "enabled"},
+        ),
+    ]
+    mutation = mutate(pod(), policies)
+    result = jsonpatch.apply_patch(pod(), list(mutation.patch))
+    assert result["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
+    assert result["metadata"]["annotations"]["linkerd.io/inject"] == "disabled"
+    assert len(mutation.warnings) == 2
+    assert all(w.startswith("PodPolicy z-undo may not set") for w in mutation.warnings)
+
+
+def test_a_label_set_by_an_earlier_policy_may_be_changed_by_a_later_one() -> None:
+    """Only what the pod was created with is kept; between policies the later name wins."""
+    mutation = mutate(pod(), [policy("a", labels={"t": "1"}), policy("b", labels={"t": "2"})])
+    result = jsonpatch.apply_patch(pod(), list(mutation.patch))
+    assert result["metadata"]["labels"]["t"] == "2"

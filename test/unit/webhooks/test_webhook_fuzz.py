@@ -56,17 +56,20 @@ def expected_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """What the policies above make of a pod: an oracle written apart from `mutate`."""
     out = json.loads(json.dumps(pod))
     metadata = out.setdefault("metadata", {})
-    component = (metadata.get("labels") or {}).get("app.kubernetes.io/component")
+    created_labels = dict(metadata.get("labels") or {})
+    component = created_labels.get("app.kubernetes.io/component")
     if component == "validator-workloads":
         labels = metadata["labels"] = dict(metadata.get("labels") or {})
         annotations = metadata["annotations"] = dict(metadata.get("annotations") or {})
-        labels.update({"team/x~y": "gpu", "sidecar.istio.io/inject": "false"})
+        labels.setdefault("team/x~y", "gpu")  # what the pod came with is kept
+        labels["sidecar.istio.io/inject"] = "false"  # an opt-out replaces it
         annotations["linkerd.io/inject"] = "disabled"
     if component in ("validator-workloads", "driver"):
         labels = metadata["labels"] = dict(metadata.get("labels") or {})
         annotations = metadata["annotations"] = dict(metadata.get("annotations") or {})
-        labels["team/x~y"] = "platform"
-        annotations["a/b~c"] = "1"
+        if "team/x~y" not in created_labels:
+            labels["team/x~y"] = "platform"
+        annotations.setdefault("a/b~c", "1")
         for name in ("initContainers", "containers"):
             for container in out.get("spec", {}).get(name) or []:
                 resources = container["resources"] = dict(container.get("resources") or {})
@@ -76,7 +79,9 @@ def expected_pod(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 keys = st.one_of(
-    st.sampled_from(["app", "team/x~y", "a/b~c", "sidecar.istio.io/inject", "~", "/", "~1"]),
+    st.sampled_from(
+        ["app", "team/x~y", "a/b~c", "sidecar.istio.io/inject", "linkerd.io/inject", "~", "~1"]
+    ),
     st.text(min_size=1, max_size=8),
 )
 string_maps = st.one_of(st.none(), st.dictionaries(keys, st.text(max_size=6), max_size=4))
