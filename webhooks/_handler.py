@@ -3,12 +3,15 @@
 `PolicySet` keeps the parsed PodPolicies as an informer handler (each policy parsed once per
 change, not per request; an invalid one is logged and left out). `PodPolicyHandler` answers
 the server: pods created in the operands' namespace get `mutate`'s patch; any other kind,
-operation or namespace is allowed unchanged; a pod of the wrong shape is denied with a
-message saying where.
+operation or namespace is allowed unchanged; a pod of the wrong shape (or with more than
+`MAX_CONTAINERS` containers) is denied with a message saying where. `mutate` runs in a worker
+thread, so a big pod never holds the event loop: other reviews and the health probes are
+answered meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -81,8 +84,9 @@ class PodPolicyHandler:
             or request.namespace != self._namespace
         ):
             return allowed()
+        policies = list(self._policies.policies.values())
         try:
-            mutation = mutate(request.object, self._policies.policies.values())
+            mutation = await asyncio.to_thread(mutate, request.object, policies)
         except InvalidPod as error:
             return denied(f"gpuctrl cannot apply PodPolicies: {error}", code=400)
         for name in mutation.changed_by:

@@ -25,7 +25,12 @@ from typing import Any
 from api.v1alpha1 import PodPolicy, mesh_opt_outs, refused_key, targets_pod
 from gpuctrl.runtime.webhook import patched
 
-__all__ = ["InvalidPod", "Mutation", "mutate"]
+__all__ = ["MAX_CONTAINERS", "InvalidPod", "Mutation", "mutate"]
+
+MAX_CONTAINERS = 500
+"""The most containers and init containers (together) of a pod `mutate` changes: far beyond any
+pod gpuctrl makes, and it bounds the work a request can cost (3 MiB of empty containers would
+be some 100,000)."""
 
 
 class InvalidPod(ValueError):
@@ -198,6 +203,13 @@ def _check_shape(pod: Mapping[str, Any]) -> None:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
             raise InvalidPod(f"metadata.{key} must map strings to strings")
     spec = _map(pod, "spec", "spec")
+    lists = (spec.get("initContainers"), spec.get("containers"))
+    count = sum(len(v) for v in lists if isinstance(v, list))
+    if count > MAX_CONTAINERS:
+        raise InvalidPod(
+            f"the pod has {count} containers and init containers; PodPolicies are applied to "
+            f"pods of at most {MAX_CONTAINERS}"
+        )
     for list_name in ("initContainers", "containers"):
         containers = spec.get(list_name)
         if containers is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from gpuctrl.runtime import freeze
 from gpuctrl.runtime.webhook import AdmissionRequest
 from webhooks import PodPolicyHandler, PolicySet
+from webhooks._mutate import MAX_CONTAINERS
 
 POD = {
     "metadata": {"labels": {"app.kubernetes.io/component": "validator-workloads"}},
@@ -97,3 +99,36 @@ def test_an_invalid_policy_is_left_out_and_a_fixed_one_comes_back(
     assert set(policies.policies) == {"p"}
     policies.on_delete(good)
     assert policies.policies == {}
+
+
+@pytest.mark.parametrize(
+    ("count", "allowed"), [(MAX_CONTAINERS, True), (MAX_CONTAINERS + 1, False)]
+)
+async def test_a_pod_with_too_many_containers_is_denied_naming_the_bound(
+    handler: PodPolicyHandler, count: int, allowed: bool
+) -> None:
+    containers = [{"name": f"c{i}"} for i in range(count)]
+    pod = {**POD, "spec": {"initContainers": containers[:1], "containers": containers[1:]}}
+    answer = await handler(request(object=pod))
+    assert answer.allowed is allowed
+    if not allowed:
+        assert answer.code == 400
+        assert f"the pod has {count} containers and init containers" in answer.message
+        assert f"at most {MAX_CONTAINERS}" in answer.message
+
+
+async def test_the_event_loop_runs_while_a_pod_is_mutated(handler: PodPolicyHandler) -> None:
+    """`mutate` runs in a worker thread: the loop turns at least once before the answer
+    (run on the loop, the review would be answered before any other task ran)."""
+    answering = asyncio.create_task(handler(request()))
+    turns = 0
+
+    async def turn() -> None:
+        nonlocal turns
+        while not answering.done():
+            turns += 1
+            await asyncio.sleep(0)
+
+    await asyncio.gather(answering, asyncio.create_task(turn()))
+    assert turns >= 1
+    assert (await answering).allowed
