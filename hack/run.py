@@ -149,6 +149,7 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
             "--bind-address", WEBHOOK, "--manage-certificates", "--cert-dir", certs,
             "--webhook-url", f"https://{WEBHOOK}/mutate-v1-pod",
             "--metrics-bind-address", WEBHOOK_METRICS,
+            "--shutdown-delay", "0",  # called by URL: no Service endpoints to wait for
         )  # fmt: skip
         manager = await _start(
             stack, "manager", PROBES,

@@ -4,8 +4,9 @@ Serves ``POST /mutate-v1-pod`` over HTTPS on ``--bind-address`` with the certifi
 ``--cert-dir`` (reloaded when the files change) or, with ``--manage-certificates``, with a CA
 and serving certificate it keeps itself in the Secret ``gpuctrl-webhook-tls``. With
 ``--webhook-url`` it creates and keeps the MutatingWebhookConfiguration ``gpuctrl-pod-policy``
-pointing at that URL. Input errors, an unreachable apiserver and a busy address exit 2 with one
-line.
+pointing at that URL. On SIGTERM it keeps serving, no longer ready, for ``--shutdown-delay``
+seconds before it stops listening. Input errors, an unreachable apiserver and a busy address
+exit 2 with one line.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gpuctrl.runtime import CannotListen, Manager
-from gpuctrl.runtime.webhook import WebhookServer
+from gpuctrl.runtime.webhook import DEFAULT_SHUTDOWN_DELAY, WebhookServer
 from webhooks._certmanager import CertificateManager
 from webhooks._configuration import ConfigurationKeeper
 from webhooks._handler import MUTATE_PATH, POD_POLICIES, PodPolicyHandler, PolicySet
@@ -75,6 +77,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="gpuctrl-webhook",
         metavar="NAME",
         help="the Service in front of the webhook (default gpuctrl-webhook)",
+    )
+    parser.add_argument(
+        "--shutdown-delay",
+        type=_seconds,
+        default=DEFAULT_SHUTDOWN_DELAY,
+        metavar="SECONDS",
+        help="after SIGTERM, keep serving, unready, this long so the apiserver stops calling "
+        "this pod first (it counts against the manager's 25 s shutdown budget; "
+        f"default {DEFAULT_SHUTDOWN_DELAY:g})",
     )
     parser.add_argument(
         "--metrics-bind-address",
@@ -133,7 +144,7 @@ async def _serve(args: argparse.Namespace) -> None:
     except Exception as error:  # kubeconfig missing or unreadable: the user's to fix
         raise InvalidInput(f"cannot load the kubeconfig: {error}") from None
     await _check_reachable(manager)
-    server = WebhookServer(args.cert_dir, host=host, port=port)
+    server = WebhookServer(args.cert_dir, host=host, port=port, shutdown_delay=args.shutdown_delay)
     policies = PolicySet()
     manager.cache.informer(POD_POLICIES).add_handler(policies)
     server.register(MUTATE_PATH, PodPolicyHandler(policies, args.namespace))
@@ -179,6 +190,12 @@ def _address(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. :9443)")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _seconds(text: str) -> float:
+    if not re.fullmatch(r"\d+(\.\d*)?", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (e.g. 5)")
+    return float(text)
 
 
 def _webhook_url(text: str) -> str:

@@ -21,7 +21,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ._errors import CannotListen
 from ._metrics import METRICS_REGISTRY
 
-__all__ = ["CHECK_TIMEOUT", "Check", "HttpServer", "listen", "parse_bind_address"]
+__all__ = [
+    "CHECK_TIMEOUT",
+    "Check",
+    "HttpServer",
+    "cannot_listen",
+    "listen",
+    "parse_bind_address",
+]
 
 log = logging.getLogger("gpuctrl.runtime.http")
 
@@ -48,9 +55,14 @@ async def listen(site: web.TCPSite, host: str, port: int) -> None:
     try:
         await site.start()
     except OSError as error:
-        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        reason = os.strerror(error.errno) if error.errno else str(error)
-        raise CannotListen(f"cannot listen on {shown}: {reason}") from None
+        raise cannot_listen(host, port, error) from None
+
+
+def cannot_listen(host: str, port: int, error: OSError) -> CannotListen:
+    """The one-line `CannotListen` for a failure to bind ``host:port``."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    reason = os.strerror(error.errno) if error.errno else str(error)
+    return CannotListen(f"cannot listen on {shown}: {reason}")
 
 
 def probe(checks: Mapping[str, Check], failed_status: int) -> Handler:

@@ -142,7 +142,7 @@ async def serve_gpuctrl(port: int, cert_dir: Path) -> None:
     policies = PolicySet()
     for policy in POLICIES:
         policies.on_add(PodPolicy.model_validate(policy).model_dump(by_alias=True))
-    server = WebhookServer(cert_dir, host="127.0.0.1", port=port)
+    server = WebhookServer(cert_dir, host="127.0.0.1", port=port, shutdown_delay=0)
     server.register(MUTATE_PATH, PodPolicyHandler(policies, NAMESPACE))
     task = asyncio.create_task(server.start(asyncio.Event()))
     await server.wait_listening()

@@ -139,6 +139,7 @@ async def running_webhook(
         "--manage-certificates", "--cert-dir", str(folder / "certs"),
         "--health-probe-bind-address", f"127.0.0.1:{probes}",
         "--metrics-bind-address", f"127.0.0.1:{free_port()}",
+        "--shutdown-delay", "0",  # called by URL: no Service endpoints to wait for
     ) as process:  # fmt: skip
         await ready(probes, log)
         yield process

@@ -87,6 +87,7 @@ async def start_webhook(
         "--webhook-url", f"https://127.0.0.1:{port}/mutate-v1-pod",
         "--health-probe-bind-address", f"127.0.0.1:{free_port()}",
         "--metrics-bind-address", f"127.0.0.1:{free_port()}",
+        "--shutdown-delay", "0",  # no Service endpoints to wait for here
         *flags,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -237,7 +238,7 @@ async def test_certificates_rotate_while_the_apiserver_keeps_calling(
     client = Client(kube_api)
     port = free_port()
     clock = FakeClock()
-    server = WebhookServer(tmp_path, host="127.0.0.1", port=port, clock=clock)
+    server = WebhookServer(tmp_path, host="127.0.0.1", port=port, clock=clock, shutdown_delay=0)
     policies = PolicySet()
     for obj in await client.list(POD_POLICIES):
         policies.on_add(obj)

@@ -146,6 +146,6 @@ async def test_a_busy_address_is_named_and_not_a_traceback(tmp_path: Path) -> No
         secrets = tmp_path / "certs"
         cert, key = self_signed_pair("webhook", ["127.0.0.1"])
         write_secret_volume(secrets, {"tls.crt": cert, "tls.key": key})
-        webhook = WebhookServer(secrets, host="127.0.0.1", port=port)
+        webhook = WebhookServer(secrets, host="127.0.0.1", port=port, shutdown_delay=0)
         with pytest.raises(CannotListen, match=rf"127\.0\.0\.1:{port}"):
             await webhook.start(asyncio.Event())

@@ -175,7 +175,7 @@ def server_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int,
     (folder / "tls.key").write_bytes(key)
     policies = PolicySet()
     policies.policies = {p.metadata["name"]: p for p in POLICIES}
-    server = WebhookServer(folder, host="127.0.0.1", port=0)
+    server = WebhookServer(folder, host="127.0.0.1", port=0, shutdown_delay=0)
     server.register(MUTATE_PATH, PodPolicyHandler(policies, NAMESPACE))
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
