@@ -260,10 +260,13 @@ def _oldest(cache: Cache) -> str | None:
 
 
 def honoured(cache: Cache) -> Policy | None:
-    """The oldest ClusterPolicy (ties by name), parsed; None when there is none."""
+    """The oldest ClusterPolicy (ties by name), parsed; None when there is none, and while the
+    oldest is being deleted: nothing is applied for it then (a foreground delete, waiting for
+    the garbage collector to remove what it owns, would otherwise never finish), and the next
+    one is honoured only once it is gone (so two policies never claim one object)."""
     name = _oldest(cache)
     obj = None if name is None else cache.get(CLUSTER_POLICIES, name)
-    if obj is None:
+    if obj is None or obj["metadata"].get("deletionTimestamp"):
         return None
     spec, problems = _parse(json.dumps(obj.get("spec") or {}, sort_keys=True))
     return Policy(obj, spec, problems)

@@ -45,11 +45,14 @@ from controllers._status import PolicyStatus, condition
 from controllers.render import ClusterFacts, MissingConfigMap, RenderError, render_component
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
+    ApiError,
+    Conflict,
     Controller,
     Event,
     Manager,
     Request,
     Result,
+    TooManyRequests,
     generation_changed,
     resource_version_changed,
     set_controller_reference,
@@ -154,7 +157,15 @@ class _OperandReconciler:
             return None
         desired = [with_hash(set_controller_reference(policy.obj, obj)) for obj in rendered]
         for obj in desired:
-            await self._apply(policy, obj)
+            try:
+                await self._apply(policy, obj)
+            except ApiError as error:
+                if isinstance(error, Conflict | TooManyRequests):
+                    raise  # a lost race or throttling: retried, nothing to tell
+                text = f"the apiserver refused {_describe(obj)}: {error}"
+                self._status.event(policy.obj, "Warning", "ApplyFailed", text)
+                await self._condition(policy, False, "ApplyFailed", text)
+                raise  # retried with backoff: the cause may be the cluster's, not the spec's
         await self._prune(policy, desired)
         await self._report(policy, policy.model, facts, desired)
         return None

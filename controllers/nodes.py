@@ -1,9 +1,10 @@
 """The node labeller: ``nvidia.com/gpu.present`` and the ``nvidia.com/gpu.deploy.<operand>``
 labels every operand DaemonSet selects nodes by, as NVIDIA's operator writes them.
 
-`label_changes` is the rule (pure). Controller ``nodes`` reconciles one Node per key, reading
-it and the honoured ClusterPolicy from the cache, and sends one JSON merge patch of the changed
-labels only, as field manager ``gpuctrl-nodes``. It acts only while a valid ClusterPolicy is
+`label_changes` is the rule (pure). Controller ``nodes`` (`NodeLabeller`) reconciles one Node
+per key, reading it and the honoured ClusterPolicy from the cache, and sends one JSON merge
+patch of the changed labels only, as field manager ``gpuctrl-nodes``, conditional on the
+resourceVersion it read. It acts only while a valid ClusterPolicy is
 honoured; a Node's label change or a policy's spec change triggers it. Controller
 ``nodes-status`` reconciles the honoured policy on the same events and writes its
 ``NodesLabelled`` condition (how many GPU nodes carry their labels) and ``gpuctrl_gpu_nodes``.
@@ -23,6 +24,8 @@ from controllers._labels import DEPLOY_LABELS, DEPLOY_OPERANDS, GPU_PRESENT, NFD
 from controllers._status import PolicyStatus, condition
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
+    Cache,
+    Client,
     Controller,
     Manager,
     Request,
@@ -35,6 +38,7 @@ __all__ = [
     "DEPLOY_LABELS",
     "GPU_PRESENT",
     "LABELLED",
+    "NodeLabeller",
     "enabled_components",
     "is_gpu",
     "label_changes",
@@ -94,28 +98,41 @@ def is_gpu(labels: Mapping[str, str]) -> bool:
     return any(labels.get(label) == "true" for label in NFD_GPU_LABELS)
 
 
+class NodeLabeller:
+    """The ``nodes`` reconciler: brings one Node's labels in line with `label_changes` for the
+    honoured, valid ClusterPolicy, reading both from ``cache``. The patch carries the
+    resourceVersion read, so a label someone changed since is never overwritten: the write
+    fails with `Conflict` and is retried on the newer Node."""
+
+    def __init__(self, cache: Cache, client: Client, namespace: str) -> None:
+        self._cache = cache
+        self._client = client
+        self._namespace = namespace
+
+    async def __call__(self, request: Request) -> Result | None:
+        """Label the Node ``request.name``; nothing without a valid honoured policy."""
+        node = cached(self._cache, NODES, self._namespace, request.name)
+        policy = honoured(self._cache)
+        if node is None or policy is None or policy.model is None:
+            return None
+        meta = node["metadata"]
+        changes = label_changes(meta.get("labels") or {}, enabled_components(policy.model))
+        if changes:
+            await self._client.request(
+                "PATCH",
+                NODES.path(name=request.name),
+                query={"fieldManager": "gpuctrl-nodes"},
+                body={"metadata": {"resourceVersion": meta["resourceVersion"], "labels": changes}},
+                content_type="application/merge-patch+json",
+            )
+        return None
+
+
 def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Controller]:
     """Add the node labeller and its status controller to ``manager``."""
     cache = manager.cache
     nodes = informer(cache, NODES, namespace)
     policies = informer(cache, CLUSTER_POLICIES, namespace)
-
-    async def label(request: Request) -> Result | None:
-        node = cached(cache, NODES, namespace, request.name)
-        policy = honoured(cache)
-        if node is None or policy is None or policy.model is None:
-            return None
-        labels = node["metadata"].get("labels") or {}
-        changes = label_changes(labels, enabled_components(policy.model))
-        if changes:
-            await manager.client.request(
-                "PATCH",
-                NODES.path(name=request.name),
-                query={"fieldManager": "gpuctrl-nodes"},
-                body={"metadata": {"labels": changes}},
-                content_type="application/merge-patch+json",
-            )
-        return None
 
     async def report(request: Request) -> Result | None:
         policy = honoured(cache)
@@ -143,6 +160,7 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Contro
         states = node_states(cache, namespace)
         return [Request("", n) for labels, names in states if _gpu_related(labels) for n in names]
 
+    label = NodeLabeller(cache, manager.client, namespace)
     labeller = Controller("nodes", label, clock=cache.clock, max_concurrent_reconciles=8)
     labeller.watch(nodes, predicates=(labels_changed,))
     labeller.watch(policies, every_gpu_node, (generation_changed,))

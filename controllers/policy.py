@@ -16,6 +16,7 @@ from typing import Any
 
 from controllers._cluster import (
     Policy,
+    cached_list,
     honoured,
     informer,
     node_role_changed,
@@ -118,9 +119,14 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
     def deleted(event: Event) -> bool:
         return event.type == "delete"
 
+    def every_policy(obj: Mapping[str, Any]) -> list[Request]:
+        # A deleted policy may have been the honoured one, which every other names.
+        every = cached_list(cache, CLUSTER_POLICIES, namespace)
+        return [Request("", str(p["metadata"]["name"])) for p in every]
+
     controller = Controller("policy", reconcile, clock=cache.clock)
     controller.watch(policies, predicates=(resource_version_changed,))
-    controller.watch(policies, to_honoured(cache), (deleted,))
+    controller.watch(policies, every_policy, (deleted,))
     controller.watch(pods, to_honoured(cache), (resource_version_changed,))
     controller.watch(nodes, to_honoured(cache), (node_role_changed,))
     manager.add(controller)

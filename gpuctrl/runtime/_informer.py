@@ -6,7 +6,10 @@ handlers of one event, see `_objects`); readers of the store get private copies.
 A list is diffed against the store: new keys are delivered as adds, changed resourceVersions
 as updates, keys missing from the list as deletes (what vanished while the watch was down);
 unchanged objects are not delivered again. Handlers run on the event loop, in registration
-order; a handler that raises is logged and does not stop the others.
+order; a handler that raises does not stop the others, and its event is not lost: while the
+informer runs, the object is delivered to that handler again as a resync (``old is new``, or
+the same delete if it is gone) after a backoff (0.8 s doubling to 30 s), until the handler
+takes it. A handler's first failure is logged with its traceback, later ones in one line.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter
 
+from ._backoff import Backoff
 from ._client import Client
 from ._clock import Clock, SystemClock
 from ._jitter import jittered
@@ -93,6 +97,9 @@ class Informer:
         self._resync_period = resync_period
         self._handlers: list[EventHandler] = []
         self._synced = asyncio.Event()
+        self._running = False
+        self._failed: set[int] = set()  # ids of handlers that failed once (traceback logged)
+        self._retries: dict[tuple[int, str], tuple[Backoff, asyncio.Task[None]]] = {}
         self._reflector = Reflector(
             client,
             resource,
@@ -119,7 +126,7 @@ class Informer:
         """Subscribe ``handler`` to changes; objects already cached are delivered as adds."""
         self._handlers.append(handler)
         for obj in self.store.list():
-            self._call(handler.on_add, freeze(obj))
+            self._call(handler, "on_add", freeze(obj))
 
     def add_index(self, name: str, func: IndexFunc) -> None:
         """Add a named index to the store (see `Store.add_index`)."""
@@ -127,12 +134,19 @@ class Informer:
 
     async def start(self, stop: asyncio.Event) -> None:
         """List and watch until ``stop`` is set."""
-        async with asyncio.TaskGroup() as tasks:
-            reflecting = tasks.create_task(self._reflector.run())
-            resyncing = tasks.create_task(self._resync_forever())
-            await stop.wait()
-            reflecting.cancel()
-            resyncing.cancel()
+        self._running = True
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                reflecting = tasks.create_task(self._reflector.run())
+                resyncing = tasks.create_task(self._resync_forever())
+                await stop.wait()
+                reflecting.cancel()
+                resyncing.cancel()
+        finally:
+            self._running = False
+            for _, retry in self._retries.values():
+                retry.cancel()
+            self._retries.clear()
 
     def replace(self, items: Iterable[dict[str, Any]]) -> None:
         """Reflector sink: make the store hold exactly ``items``, delivering the differences."""
@@ -176,13 +190,56 @@ class Informer:
 
     def _dispatch(self, method: str, *objs: Mapping[str, Any]) -> None:
         for handler in self._handlers:
-            self._call(getattr(handler, method), *objs)
+            self._call(handler, method, *objs)
 
-    def _call(self, fn: Callable[..., None], *objs: Mapping[str, Any]) -> None:
+    def _call(self, handler: EventHandler, method: str, *objs: Mapping[str, Any]) -> bool:
+        """Deliver one event to one handler; a failure is logged and retried (module doc)."""
+        key = object_key(objs[-1])
         try:
-            fn(*objs)
-        except Exception:
-            log.exception("event handler %r failed on %s", fn, object_key(objs[-1]))
+            getattr(handler, method)(*objs)
+        except Exception as error:
+            if id(handler) in self._failed:
+                log.warning("event handler %r failed again on %s: %r", handler, key, error)
+            else:
+                self._failed.add(id(handler))
+                log.exception("event handler %r failed on %s; retrying", handler, key)
+            self._retry(handler, key, objs[-1] if method == "on_delete" else None)
+            return False
+        return True
+
+    def _retry(self, handler: EventHandler, key: str, deleted: Mapping[str, Any] | None) -> None:
+        if not self._running:
+            return
+        slot = (id(handler), key)
+        backoff = Backoff()
+        if slot in self._retries:  # one redelivery pending per handler and object
+            backoff, pending = self._retries[slot]
+            if pending is not asyncio.current_task():
+                pending.cancel()
+        task = asyncio.get_running_loop().create_task(
+            self._redeliver(handler, key, deleted, backoff.next_delay())
+        )
+        self._retries[slot] = (backoff, task)
+
+    async def _redeliver(
+        self,
+        handler: EventHandler,
+        key: str,
+        deleted: Mapping[str, Any] | None,
+        delay: float,
+    ) -> None:
+        await self._clock.sleep(delay)
+        slot = (id(handler), key)
+        current = self.store.get(key)
+        if current is not None:
+            frozen = freeze(current)
+            taken = self._call(handler, "on_update", frozen, frozen)
+        elif deleted is not None:
+            taken = self._call(handler, "on_delete", deleted)
+        else:
+            taken = True  # gone, and the failed event was not its delete: nothing to deliver
+        if taken:
+            self._retries.pop(slot, None)
 
     async def _resync_forever(self) -> None:
         if self._resync_period is None:

@@ -4,8 +4,9 @@ Start order (`Manager.start`):
 
 1. the HTTP servers: probes (``/healthz``, ``/readyz``) on ``health_probe_bind_address``,
    ``/metrics`` on ``metrics_bind_address``, so probes answer from the start;
-2. runnables that need neither the leader nor the cache (``needs_cache = False``: a webhook
-   server), so the API server can call them while caches fill;
+2. runnables that need neither the leader nor the cache (``needs_cache = False``), so they
+   run while the caches fill; a `WebhookServer` is not one of them: its handlers usually read
+   the cache, so it listens only once the caches have synced;
 3. the caches, waiting until every informer has synced (``/readyz`` turns 200 then);
 4. the other runnables that do not need the leader: these run on every replica;
 5. with leader election: campaign for the Lease, then the runnables that need the leader
@@ -66,7 +67,7 @@ class Runnable(Protocol):
     """Something a manager runs: ``start(stop)`` returns once ``stop`` is set (and cleaned up);
     ``needs_leader`` says whether it may only run while this process leads (False: it runs on
     every replica). A runnable may also set ``needs_cache = False`` to start before the caches
-    sync (a webhook server does)."""
+    sync."""
 
     needs_leader: bool
 

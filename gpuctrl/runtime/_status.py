@@ -23,7 +23,9 @@ each write, which the callers do not promise.
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -71,6 +73,15 @@ def set_condition(
     return True
 
 
+@dataclass
+class _Written:
+    """What a `StatusWriter` last wrote of one object: at which resourceVersion, and the value
+    of each key (``@Type`` for a condition, else a status field)."""
+
+    version: str
+    values: dict[str, Any]
+
+
 class StatusWriter:
     """Writes status conditions and fields only when they change, retrying as
     `retry_on_conflict` does (at most ``attempts`` tries, waiting on ``clock``) when the object
@@ -78,13 +89,29 @@ class StatusWriter:
 
     It remembers what it last wrote of each object (by uid): an object read from a cache that
     has not yet seen that write is read afresh before a write is skipped or computed, so a
-    value is never left unwritten because a stale copy already showed it."""
+    value is never left unwritten because a stale copy already showed it. The memory of an
+    object ends when a copy at the written resourceVersion is seen (the cache has caught up)
+    or the object is gone, and at most ``remember`` objects are remembered (the least recently
+    written is forgotten first), so churning objects cannot grow it without end."""
 
-    def __init__(self, client: Client, *, attempts: int = 5, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        attempts: int = 5,
+        remember: int = 10_000,
+        clock: Clock | None = None,
+    ) -> None:
         self._client = client
         self._attempts = attempts
         self._clock = clock
-        self._written: dict[str, dict[str, Any]] = {}
+        self._remember_at_most = remember
+        self._written: OrderedDict[str, _Written] = OrderedDict()
+
+    @property
+    def remembered(self) -> int:
+        """How many objects' writes are remembered (see the class docstring)."""
+        return len(self._written)
 
     async def write(
         self,
@@ -106,6 +133,9 @@ class StatusWriter:
         current: dict[str, Any] = thaw(obj)
         meta = current["metadata"]
         uid = str(meta.get("uid", ""))
+        memory = self._written.get(uid)
+        if memory is not None and memory.version == meta.get("resourceVersion"):
+            del self._written[uid]  # the copy is the write itself: the cache caught up
         keys = ["@" + entry["type"] for entry in wanted] + list(values)
         if not self._agrees(uid, current, keys):
             current = await self._fresh(resource, current)
@@ -136,7 +166,8 @@ class StatusWriter:
     def _agrees(self, uid: str, obj: Mapping[str, Any], keys: Iterable[str]) -> bool:
         """Whether ``obj`` shows what this writer last wrote of ``keys`` (``@Type`` for a
         condition, else a field); the writes of other keys need not have reached it."""
-        written = self._written.get(uid, {})
+        memory = self._written.get(uid)
+        written = memory.values if memory is not None else {}
         status = obj.get("status") or {}
         entries = {c.get("type"): c for c in status.get("conditions") or ()}
         return all(
@@ -154,11 +185,15 @@ class StatusWriter:
     ) -> None:
         status = written.get("status") or {}
         entries = {c.get("type"): c for c in status.get("conditions") or ()}
-        memory = self._written.setdefault(uid, {})
+        memory = self._written.pop(uid, None) or _Written("", {})
+        memory.version = str(written["metadata"].get("resourceVersion", ""))
         for entry in wanted:
-            memory["@" + entry["type"]] = entries.get(entry["type"])
+            memory.values["@" + entry["type"]] = entries.get(entry["type"])
         for key in values:
-            memory[key] = status.get(key)
+            memory.values[key] = status.get(key)
+        self._written[uid] = memory  # the most recently written last
+        while len(self._written) > self._remember_at_most:
+            self._written.popitem(last=False)
 
     async def _fresh(self, resource: Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
         meta = obj["metadata"]

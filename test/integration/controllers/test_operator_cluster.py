@@ -287,6 +287,30 @@ async def test_an_invalid_spec_is_reported_and_changes_nothing(
     await converged(client)
 
 
+async def test_an_apply_the_apiserver_refuses_reaches_the_conditions_and_events(
+    operator: Running, client: Client
+) -> None:
+    """Issue 25: an affinity the schema lets through (it preserves unknown fields) but the
+    apiserver refuses in every DaemonSet is named on each operand's condition and in a
+    Warning Event, for the current generation; fixing it converges again."""
+    await converged(client)
+    await patch_policy(client, {"daemonsets": {"affinity": {"nodeAffinity": "everywhere"}}})
+
+    async def reported() -> None:
+        obj = await client.get(POLICIES, POLICY)
+        toolkit = conditions(obj["status"])["ToolkitReady"]
+        assert (toolkit["status"], toolkit["reason"]) == ("False", "ApplyFailed"), toolkit
+        assert "the apiserver refused DaemonSet gpuctrl/gpuctrl-toolkit" in toolkit["message"]
+        assert toolkit["observedGeneration"] == obj["metadata"]["generation"]
+        assert obj["status"]["state"] == "notReady"
+
+    await eventually(reported, within=30)
+    events = await policy_events(client)
+    assert any(e["reason"] == "ApplyFailed" and e["type"] == "Warning" for e in events)
+    await patch_policy(client, {"daemonsets": {"affinity": None}})
+    await converged(client)
+
+
 async def test_a_missing_configmap_is_named_and_the_driver_keeps_running(
     operator: Running, client: Client
 ) -> None:
@@ -441,8 +465,32 @@ async def test_the_manager_runs_the_pod_policy_status_controller(
     await client.delete(pod_policies, "pp")
 
 
+async def ignored_for(client: Client, name: str, honoured: str) -> None:
+    status = await status_of(client, name)
+    assert status.get("state") == "ignored", status
+    assert f"{honoured!r} is honoured" in conditions(status)["Ready"]["message"]
+
+
+async def test_a_foreground_delete_completes_and_the_next_policy_takes_over(
+    operator: Running, client: Client
+) -> None:
+    """Nothing is applied for a terminating policy, so the garbage collector's foreground
+    delete finishes; then the next oldest is honoured and every ignored one says so."""
+    for name in ("second", "third"):
+        await client.create(POLICIES, policy(name))
+    await eventually(lambda: ignored_for(client, "third", POLICY), within=20)
+    await client.delete(POLICIES, POLICY, propagation_policy="Foreground")
+
+    async def gone() -> None:
+        assert POLICY not in {p["metadata"]["name"] for p in await client.list(POLICIES)}
+
+    await eventually(gone, within=30)
+    await eventually(lambda: ignored_for(client, "third", "second"), within=20)
+    await client.delete(POLICIES, "third")
+
+
 async def test_deleting_the_policy_removes_every_operand(operator: Running, client: Client) -> None:
-    await client.delete(POLICIES, POLICY)
+    await client.delete(POLICIES, "second")
 
     async def cleaned() -> None:
         assert await daemonsets(client, NAMESPACE) == {}

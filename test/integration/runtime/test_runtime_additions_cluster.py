@@ -3,6 +3,7 @@ list items, metadata-only reads, guarded deletes, status writes only on change, 
 against discovery, custom probes, client metrics."""
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -14,6 +15,7 @@ from gpuctrl.runtime import (
     METRICS_REGISTRY,
     Client,
     Conflict,
+    Informer,
     Invalid,
     LeaderElection,
     Manager,
@@ -112,6 +114,30 @@ async def test_status_writer_writes_only_on_change_and_never_loses_a_write(
     written = await labeller.write(widget_crd, stored, [_condition("Labelled", True)])
     assert written is not None
     assert _conditions(written) == {"Labelled": ("True", "Ok"), "Driver": ("False", "Waiting")}
+
+
+async def test_status_writer_forgets_what_the_cache_caught_up_with_and_is_bounded(
+    client: Client, namespace: str, widget_crd: Resource
+) -> None:
+    """Issue 22: its memory of writes ends once a copy shows the write, or when full."""
+    writer = StatusWriter(client, remember=2)
+    written = []
+    for name in ("a", "b", "c"):
+        widget = {"apiVersion": widget_crd.api_version, "kind": widget_crd.kind}
+        widget["metadata"] = {"name": name, "namespace": namespace}
+        created = await client.create(widget_crd, widget)
+        result = await writer.write(widget_crd, created, [_condition("Ready", True)])
+        assert result is not None
+        written.append(result)
+    assert writer.remembered == 2, "the least recently written was forgotten"
+    # The caught-up copies (at the written resourceVersions): nothing to write, memory ends.
+    for copy in written[1:]:
+        assert await writer.write(widget_crd, copy, [_condition("Ready", True)]) is None
+    assert writer.remembered == 0
+    # A later change is still written, from the copy at hand.
+    changed = await writer.write(widget_crd, written[2], [_condition("Ready", False, "Lost")])
+    assert changed is not None
+    assert _conditions(changed) == {"Ready": ("False", "Lost")}
 
 
 async def test_status_writer_refusal_as_it_stands_propagates(
@@ -247,3 +273,53 @@ async def test_a_metadata_only_informer_lists_and_watches_metadata(
         assert watched is not None
         assert watched["kind"] == "ConfigMap"
         assert "data" not in watched
+
+
+class FlakyHandler:
+    """Fails on the first add, update and delete of each object, then records them."""
+
+    def __init__(self) -> None:
+        self.failed: set[tuple[str, str]] = set()
+        self.events: list[tuple[str, str]] = []
+
+    def _deliver(self, kind: str, obj: Mapping[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if (kind, name) not in self.failed:
+            self.failed.add((kind, name))
+            raise RuntimeError(f"handler bug on {kind} {name}")
+        self.events.append((kind, name))
+
+    def on_add(self, obj: Mapping[str, Any]) -> None:
+        self._deliver("add", obj)
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        self._deliver("update", new)
+
+    def on_delete(self, obj: Mapping[str, Any]) -> None:
+        self._deliver("delete", obj)
+
+
+async def test_an_event_a_handler_failed_on_is_delivered_again(
+    client: Client, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 22: a handler that raises does not lose the event: the object comes back as a
+    resync (or the same delete), after a backoff; one traceback, then one line per failure."""
+    informer = Informer(client, CONFIGMAPS, namespace=namespace)
+    flaky = FlakyHandler()
+    informer.add_handler(flaky)
+    stop = asyncio.Event()
+    running = asyncio.create_task(informer.start(stop))
+    try:
+        await informer.wait_for_sync()
+        await client.create(CONFIGMAPS, configmap("a", namespace))
+        # the add failed; a resync is an update, which fails once too, then is taken
+        await eventually(lambda: ("update", "a") in flaky.events, within=20)
+        await client.delete(CONFIGMAPS, "a", namespace)
+        await eventually(lambda: ("delete", "a") in flaky.events, within=20)
+    finally:
+        stop.set()
+        await running
+    assert ("add", "a") not in flaky.events
+    failures = [r for r in caplog.records if "event handler" in r.getMessage()]
+    assert len(failures) >= 3
+    assert sum(r.exc_info is not None for r in failures) == 1

@@ -180,6 +180,21 @@ async def test_the_oldest_policy_is_honoured_and_mapped_to(cache: Cache) -> None
     assert list(mapper({})) == [Request("", "undated")]
 
 
+async def test_a_terminating_oldest_policy_is_not_acted_on_nor_replaced(cache: Cache) -> None:
+    policies = informer(cache, CLUSTER_POLICIES, "gpuctrl")
+    old = cluster_policy("old", "2026-01-01T00:00:00Z")
+    policies.replace([old, cluster_policy("new", "2026-02-01T00:00:00Z")])
+    terminating = cluster_policy("old", "2026-01-01T00:00:00Z", "2")
+    terminating["metadata"]["deletionTimestamp"] = "2026-03-01T00:00:00Z"
+    policies.apply("MODIFIED", terminating)
+    assert honoured(cache) is None
+    assert list(to_honoured(cache)({})) == [Request("", "old")]
+    policies.apply("DELETED", terminating)
+    found = honoured(cache)
+    assert found is not None
+    assert found.name == "new"
+
+
 def pod(name: str, node: str, component: str, ready: str, rv: str = "1") -> Any:
     return {
         "apiVersion": "v1",
