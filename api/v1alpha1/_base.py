@@ -45,8 +45,9 @@ DNS_LABEL = rf"^{_LABEL}$"
 DNS_SUBDOMAIN = rf"^{_LABEL}(\.{_LABEL})*$"
 """RE2 pattern of a DNS subdomain (RFC 1123), at most 253 characters: an object's name."""
 MAX_LIST_ITEMS = 256
-"""The most items of a list a CEL rule reads (the apiserver's rule cost budget needs a bound):
-far more than any policy has."""
+"""The most items of any list and entries of any map of a policy (the apiserver refuses more at
+apply time; CEL rules need the bound for their cost budget): far more than any policy has, and
+a policy cannot make the operator hold without end what it renders from it."""
 
 
 class ApiModel(BaseModel):
@@ -101,7 +102,7 @@ Quantity = Annotated[
     ),
 ]
 
-LabelMap = dict[str, str]
+LabelMap = Annotated[dict[str, str], Field(max_length=MAX_LIST_ITEMS)]
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 
 # The name of an object in the operator's namespace (a ConfigMap, a Secret, a PriorityClass).
@@ -140,10 +141,14 @@ class ResourceRequirements(ApiModel):
     """Compute resources of a container, as in a Pod spec."""
 
     requests: dict[str, Quantity] = Field(
-        default_factory=dict, description="Minimum resources, by name (cpu, memory, ...)."
+        default_factory=dict,
+        max_length=MAX_LIST_ITEMS,
+        description="Minimum resources, by name (cpu, memory, ...).",
     )
     limits: dict[str, Quantity] = Field(
-        default_factory=dict, description="Maximum resources, by name (cpu, memory, ...)."
+        default_factory=dict,
+        max_length=MAX_LIST_ITEMS,
+        description="Maximum resources, by name (cpu, memory, ...).",
     )
 
 

@@ -70,7 +70,9 @@ class Component(ApiModel):
     resources: ResourceRequirements | None = Field(
         default=None, description="Resources of the operand's containers."
     )
-    args: list[str] = Field(default_factory=list, description="Extra container arguments.")
+    args: list[str] = Field(
+        default_factory=list, max_length=MAX_LIST_ITEMS, description="Extra container arguments."
+    )
 
 
 class Image(ApiModel):

@@ -132,7 +132,9 @@ class LabelSelectorRequirement(ApiModel):
         description="In, NotIn (the label's value is, is not among values), Exists or "
         "DoesNotExist (the label is, is not set; no values)."
     )
-    values: list[str] = Field(default_factory=list, description="Values for In and NotIn.")
+    values: list[str] = Field(
+        default_factory=list, max_length=MAX_LIST_ITEMS, description="Values for In and NotIn."
+    )
 
 
 class LabelSelector(ApiModel):
@@ -158,6 +160,7 @@ class PodTargets(ApiModel):
 
     components: list[TargetComponent] = Field(
         default_factory=_workload_pods,
+        max_length=MAX_LIST_ITEMS,
         description="gpuctrl components whose pods are targeted.",
     )
     selector: LabelSelector | None = Field(
@@ -170,7 +173,9 @@ class PodPolicySpec(ApiModel):
 
     targets: PodTargets = Field(default_factory=PodTargets, description="The pods to change.")
     meshes: list[Mesh] = Field(
-        default_factory=list, description="Meshes whose sidecar injection is turned off."
+        default_factory=list,
+        max_length=MAX_LIST_ITEMS,
+        description="Meshes whose sidecar injection is turned off.",
     )
     labels: LabelMap = Field(default_factory=dict, description="Labels set on targeted pods.")
     annotations: LabelMap = Field(

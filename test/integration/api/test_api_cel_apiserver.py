@@ -17,6 +17,7 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.rest import ApiException
 
 from api.v1alpha1 import InvalidPolicy, load_cluster_policy, load_pod_policy
+from api.v1alpha1._base import MAX_LIST_ITEMS
 
 pytestmark = pytest.mark.controlplane
 
@@ -227,3 +228,39 @@ async def test_operand_versions_get_the_same_verdict_and_messages(
 ) -> None:
     obj = _policy({section: {"version": version}})
     assert await _apiserver_problems(kube_api, obj) == _python_problems(obj)
+
+
+TOO_MANY = MAX_LIST_ITEMS + 1
+
+
+@pytest.mark.parametrize(
+    ("obj", "path"),
+    [
+        pytest.param(
+            _policy({"daemonsets": {"labels": {f"k{i}": "v" for i in range(TOO_MANY)}}}),
+            "spec.daemonsets.labels",
+            id="labels",
+        ),
+        pytest.param(
+            _policy({"driver": {"args": ["--x"] * TOO_MANY}}), "spec.driver.args", id="args"
+        ),
+        pytest.param(
+            _policy({"annotations": {f"k{i}": "v" for i in range(TOO_MANY)}}, "PodPolicy"),
+            "spec.annotations",
+            id="pod-policy-annotations",
+        ),
+        pytest.param(
+            _policy({"meshes": ["istio"] * TOO_MANY}, "PodPolicy"),
+            "spec.meshes",
+            id="pod-policy-meshes",
+        ),
+    ],
+)
+async def test_oversized_lists_and_maps_are_refused_at_apply_time_and_offline(
+    crds: list[dict[str, Any]], kube_api: ApiClient, obj: dict[str, Any], path: str
+) -> None:
+    """Issue 25: no policy makes the operator hold (and render) thousands of entries."""
+    refused = await _apiserver_problems(kube_api, obj)
+    assert any(p.startswith(f"{path}: ") and str(MAX_LIST_ITEMS) in p for p in refused), refused
+    offline = _python_problems(obj)
+    assert any(p.startswith(f"{path}: ") and str(MAX_LIST_ITEMS) in p for p in offline), offline
