@@ -147,6 +147,16 @@ def _object(description: str, properties: dict[str, JsonSchema] | None = None) -
     return out
 
 
+def _peers(description: str) -> JsonSchema:
+    return {
+        "type": "array",
+        "items": {"type": "object"},
+        "minItems": 1,
+        "description": f"{description} NetworkPolicyPeers (ipBlock, namespaceSelector, "
+        "podSelector).",
+    }
+
+
 _K8S = "a Kubernetes object, as in a Pod spec"
 _POD_PLACEMENT: dict[str, JsonSchema] = {
     "replicas": {"type": "integer", "minimum": 1, "description": "Number of replicas."},
@@ -199,6 +209,14 @@ def _chart_values() -> dict[str, JsonSchema]:
                     {
                         "enabled": {"type": "boolean"},
                         "issuerRef": _object("An existing issuer; empty = a self-signed Issuer."),
+                    },
+                ),
+                "networkPolicy": _object(
+                    "A NetworkPolicy of the webhook's pods.",
+                    {
+                        "enabled": {"type": "boolean"},
+                        "apiserver": _peers("Where the apiserver's calls come from."),
+                        "metrics": _peers("Who may scrape /metrics."),
                     },
                 ),
             },

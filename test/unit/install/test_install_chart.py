@@ -229,6 +229,8 @@ def test_values_written_for_nvidias_chart_with_a_node_local_repo_and_istio() -> 
         ),
         ({"podPolicies": {"Bad Name: x": {"meshes": ["istio"]}}}, "'Bad Name: x' does not match"),
         ({"clusterPolicy": {"name": "gpu_policy"}}, "/clusterPolicy/name"),
+        # an empty `from` would admit every source
+        ({"webhook": {"networkPolicy": {"apiserver": []}}}, "/webhook/networkPolicy/apiserver"),
     ],
     ids=lambda v: json.dumps(v) if isinstance(v, dict) else v,
 )
@@ -361,3 +363,21 @@ def test_kind_script_is_valid_bash_and_its_values_render() -> None:
     spec = only(helm_render(values), "ClusterPolicy")["spec"]
     for operand in ("driver", "toolkit", "devicePlugin"):
         assert spec[operand]["enabled"] is False, operand
+
+
+def test_the_webhooks_network_policy_takes_the_clusters_apiserver_sources() -> None:
+    konnectivity = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "konnectivity-agent"}},
+    }
+    values = {
+        "webhook": {
+            "networkPolicy": {"apiserver": [{"ipBlock": {"cidr": "10.0.0.0/24"}}, konnectivity]}
+        }
+    }
+    policy = only(helm_render(values), "NetworkPolicy")
+    webhook_rule = policy["spec"]["ingress"][0]
+    assert webhook_rule["ports"] == [{"port": "webhook", "protocol": "TCP"}]
+    assert webhook_rule["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}, konnectivity]
+    off = {"webhook": {"networkPolicy": {"enabled": False}}}
+    assert not [o for o in helm_render(off) if o["kind"] == "NetworkPolicy"]

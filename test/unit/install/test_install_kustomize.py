@@ -40,6 +40,7 @@ def test_renders_the_complete_install() -> None:
         ("Service", "gpuctrl-webhook"),
         ("MutatingWebhookConfiguration", "gpuctrl-pod-policy"),
         ("Secret", "gpuctrl-webhook-tls"),
+        ("NetworkPolicy", "gpuctrl-webhook"),
     } <= kinds
     by_key(INSTALL)  # no object twice
     for obj in INSTALL:
@@ -156,3 +157,19 @@ def test_webhook_configuration() -> None:
     policies = {w["name"]: w["failurePolicy"] for w in configuration["webhooks"]}
     # An outage never keeps an operand off a node; workload pods keep their mesh opt-out.
     assert policies == {"pod-policy.gpuctrl.io": "Fail", "operand-pod-policy.gpuctrl.io": "Ignore"}
+
+
+def test_the_webhooks_network_policy_admits_its_three_ports_only() -> None:
+    """Issue 25: ingress to the webhook's pods is named port by port (the apiserver's source is
+    the cluster's to narrow), and every port it names is one the pod serves."""
+    (policy,) = objects("NetworkPolicy")
+    (deployment,) = [d for d in objects("Deployment") if d["metadata"]["name"] == "gpuctrl-webhook"]
+    template = deployment["spec"]["template"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= template["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    served = {p["name"] for p in template["spec"]["containers"][0]["ports"]}
+    rules = {rule["ports"][0]["port"]: rule.get("from") for rule in policy["spec"]["ingress"]}
+    assert set(rules) == served == {"webhook", "metrics", "health"}
+    assert all(len(rule["ports"]) == 1 for rule in policy["spec"]["ingress"])
+    assert rules["webhook"], "an empty from would admit everything: the sources are listed"
