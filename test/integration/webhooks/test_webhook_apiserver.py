@@ -19,6 +19,7 @@ import pytest_asyncio
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from endpoints_proxy import EndpointsProxy
 from kubernetes_asyncio.client import ApiClient
 
 from gpuctrl.cli import main
@@ -480,3 +481,71 @@ async def test_a_busy_address_exits_2_with_one_line(
         lines[-1] == f"gpuctrl webhook: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
     assert "Traceback" not in stderr.decode()
+
+
+@pytest.mark.usefixtures("crds")
+async def test_a_rolling_restart_of_the_webhook_refuses_no_admission(
+    control_plane: ControlPlane, kube_api: ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    """Issue 22: two replicas behind a Service whose endpoints follow their readiness; each is
+    replaced in turn (the new one ready first, then SIGTERM to the old) while workload pods
+    are created without pause (failurePolicy Fail): not one admission fails."""
+    client = Client(kube_api)
+    async with EndpointsProxy() as service:
+        url = f"https://127.0.0.1:{service.port}/mutate-v1-pod"
+
+        async def replica() -> tuple[asyncio.subprocess.Process, tuple[int, int]]:
+            serving, probe = free_port(), free_port()
+            process = await start_webhook(
+                control_plane, namespace, serving, "--webhook-url", url,
+                "--manage-certificates", "--cert-dir", str(tmp_path / f"certs-{serving}"),
+                "--health-probe-bind-address", f"127.0.0.1:{probe}",
+                "--shutdown-delay", "2",  # beyond the endpoints' 0.3 s polls
+            )  # fmt: skip
+            service.backends.append((serving, probe))
+            await eventually(lambda: serving in service.ready, within=30)
+            return process, (serving, probe)
+
+        replicas = [await replica(), await replica()]
+        await eventually(lambda: configured_for(client, url), within=30)
+        outcomes: list[str] = []
+        rolling = True
+
+        async def create_pods() -> None:
+            while rolling:
+                try:
+                    await client.request(
+                        "POST", PODS.path(namespace), query={"dryRun": "All"},
+                        body=workload_pod(namespace),
+                    )  # fmt: skip
+                    outcomes.append("admitted")
+                except ApiError as error:
+                    outcomes.append(f"refused: {error}")
+
+        creating = asyncio.create_task(create_pods())
+        try:
+            for _ in range(2):
+                old, backend = replicas.pop(0)
+                replicas.append(await replica())
+                old.terminate()
+                await old.wait()
+                service.backends.remove(backend)
+            await asyncio.sleep(1)
+        finally:
+            rolling = False
+            await creating
+            for process, _ in replicas:
+                process.terminate()
+                await process.wait()
+            await client.delete(MUTATING_WEBHOOK_CONFIGURATIONS, CONFIGURATION_NAME)
+    assert outcomes.count("admitted") > 20
+    assert [o for o in outcomes if o != "admitted"] == []
+
+
+async def configured_for(client: Client, url: str) -> bool:
+    configuration = await read_configuration(client)
+    return (
+        configuration is not None
+        and all(w["clientConfig"].get("url") == url for w in configuration["webhooks"])
+        and published_bundle(configuration) not in (None, b"")
+    )
