@@ -6,6 +6,9 @@ simply adopts the winner's certificates). Every ``interval`` seconds of its cloc
 the Secret and the webhook configuration, writes the step `next_secret_data` asks for,
 keeps the configuration's caBundle equal to the Secret's bundle, and copies the serving
 certificate into the server's cert folder (where the server's `CertWatcher` loads it).
+Certificates issued into an empty or deleted Secret keep the CAs the configuration trusts in
+the bundle, so replicas still serving the old certificate are not refused meanwhile (to stop
+trusting an old CA at once, clear the configuration's caBundle as well).
 
 The install ships the Secret empty, and the webhook's ServiceAccount may not create Secrets; a
 Secret that is absent is created only where the credentials allow it (a local control plane),
@@ -138,12 +141,15 @@ class CertificateManager:
         except NotFound:
             secret = None
         data = secret_data(secret)
-        if secret is None:
-            return await self._create(self._settle({}))
-        if not data:
-            # Shipped empty: nobody trusts anything yet, take every step at once.
-            return await self._replace(secret, self._settle({}), "issued")
         published = published_bundle(await read_configuration(self._client))
+        if secret is None or not data:
+            # Shipped empty, or deleted: take every step at once. The CAs the apiserver trusts
+            # now stay in the bundle (until they expire), so a replica still serving the old
+            # certificate until its next pass is still trusted.
+            seed = {BUNDLE_KEY: published} if published else {}
+            if secret is None:
+                return await self._create(self._settle(seed))
+            return await self._replace(secret, self._settle(seed), "issued")
         trusted = published if published is not None else data.get(BUNDLE_KEY, b"")
         following = next_secret_data(data, self.now(), self._names, trusted, self._lifetimes)
         if following is None:

@@ -6,6 +6,8 @@ import base64
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from kubernetes_asyncio.client import ApiClient
 
 from gpuctrl.runtime import Client, NotFound, Resource
@@ -28,6 +30,14 @@ def manager(client: Client, namespace: str, cert_dir: Path) -> CertificateManage
     return CertificateManager(
         client, namespace, cert_dir, ["127.0.0.1"], client_config=CLIENT_CONFIG
     )
+
+
+def signed(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def exists(path: Path) -> bool:
@@ -87,5 +97,36 @@ async def test_the_shipped_empty_secret_is_filled_in_one_pass(
         assert (tmp_path / "tls.key").read_bytes() == data[KEY_KEY]
         configuration = await read_configuration(client)
         assert published_bundle(configuration) == data[BUNDLE_KEY]
+    finally:
+        await client.delete(MUTATING_WEBHOOK_CONFIGURATIONS, CONFIGURATION_NAME)
+
+
+async def test_after_the_secret_is_deleted_the_old_ca_stays_trusted_beside_the_new(
+    kube_api: ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    """Issue 25 item 7: a replica that re-issues into a deleted Secret publishes a bundle
+    holding the new CA and the one the other replicas still serve until their next pass."""
+    client = Client(kube_api)
+    first, second = (
+        manager(client, namespace, tmp_path / "a"),
+        manager(client, namespace, tmp_path / "b"),
+    )
+    try:
+        await first.sync()
+        await second.sync()
+        served_by_second = x509.load_pem_x509_certificate((tmp_path / "b" / "tls.crt").read_bytes())
+        await client.delete(SECRETS, SECRET_NAME, namespace)
+        await first.sync()  # a new CA and certificate, published before `second` has them
+        bundle = x509.load_pem_x509_certificates(
+            published_bundle(await read_configuration(client)) or b""
+        )
+        served_by_first = x509.load_pem_x509_certificate((tmp_path / "a" / "tls.crt").read_bytes())
+        assert len(bundle) == 2
+        signers = {
+            name: [ca for ca in bundle if signed(cert, ca)]
+            for name, cert in (("first", served_by_first), ("second", served_by_second))
+        }
+        assert len(signers["first"]) == len(signers["second"]) == 1, "each is trusted"
+        assert signers["first"] != signers["second"], "by the new CA and by the old one"
     finally:
         await client.delete(MUTATING_WEBHOOK_CONFIGURATIONS, CONFIGURATION_NAME)
