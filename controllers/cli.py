@@ -13,7 +13,6 @@ import asyncio
 import logging
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -23,6 +22,7 @@ from kubernetes_asyncio.config import ConfigException
 from controllers._kinds import NAMESPACES
 from controllers.manager import TRANSFORMS, setup_controllers
 from gpuctrl import __version__
+from gpuctrl.flags import add_log_format, bind_address
 from gpuctrl.runtime import (
     ApiError,
     CannotListen,
@@ -49,23 +49,6 @@ class UsageError(Exception):
     """A flag or the environment is wrong; the message says which (exit 2)."""
 
 
-@dataclass(frozen=True)
-class Address:
-    """A ``HOST:PORT`` to listen on; an empty host means every interface."""
-
-    host: str
-    port: int
-    text: str  # as given
-
-
-def parse_address(text: str) -> Address:
-    """``HOST:PORT`` or ``:PORT``; raises `argparse.ArgumentTypeError` otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT or :PORT, got {text!r}")
-    return Address(host.strip("[]") or "0.0.0.0", int(port), text)
-
-
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the manager's flags to ``parser``."""
     parser.add_argument("--kubeconfig", type=Path, help="default: $KUBECONFIG, else in-cluster")
@@ -74,14 +57,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--metrics-bind-address",
-        type=parse_address,
-        default=parse_address(":8080"),
+        type=bind_address,
+        default=":8080",
         help="serve /metrics here (default :8080)",
     )
     parser.add_argument(
         "--health-probe-bind-address",
-        type=parse_address,
-        default=parse_address(":8081"),
+        type=bind_address,
+        default=":8081",
         help="serve /healthz and /readyz here (default :8081)",
     )
     parser.add_argument(
@@ -93,7 +76,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--leader-election-namespace", help="the Lease's namespace (default: --namespace)"
     )
-    parser.add_argument("--log-format", choices=("text", "json"), default="text")
+    add_log_format(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,8 +102,8 @@ async def _main(args: argparse.Namespace) -> int:
     manager = Manager(
         api,
         leader_election=election,
-        metrics_bind_address=args.metrics_bind_address.text,
-        health_probe_bind_address=args.health_probe_bind_address.text,
+        metrics_bind_address=args.metrics_bind_address,
+        health_probe_bind_address=args.health_probe_bind_address,
         transforms=TRANSFORMS,
     )
     setup_controllers(manager, args.namespace)

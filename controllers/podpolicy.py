@@ -10,13 +10,12 @@ Each PodPolicy gets two conditions on its status, written by server-side apply:
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from api.v1alpha1 import InvalidPolicy, PodPolicy, load_pod_policy
-from gpuctrl.runtime import Cache, Client, Manager, Request, Resource
+from gpuctrl.runtime import Cache, Client, Manager, Request, Resource, kube_time
 
 __all__ = ["POD_POLICIES", "PodPolicyStatusReconciler", "conditions", "setup"]
 
@@ -82,7 +81,7 @@ class PodPolicyStatusReconciler:
             return
         stored = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or ()}
         wanted = conditions(obj, self._namespace)
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = kube_time()
         for condition in wanted:
             previous = stored.get(condition["type"], {})
             same = previous.get("status") == condition["status"]

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
-import re
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuctrl.runtime import CannotListen, Manager
+from gpuctrl.flags import add_log_format, bind_address, seconds
+from gpuctrl.runtime import CannotListen, Manager, configure_logging, parse_bind_address
 from gpuctrl.runtime.webhook import DEFAULT_SHUTDOWN_DELAY, WebhookServer
 from webhooks._certmanager import CertificateManager
 from webhooks._configuration import ConfigurationKeeper
@@ -49,8 +48,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--bind-address",
-        type=_address,
-        default=("0.0.0.0", 9443),
+        type=bind_address,
+        default=":9443",
         metavar="HOST:PORT",
         help="where the webhook listens (default :9443)",
     )
@@ -80,7 +79,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--shutdown-delay",
-        type=_seconds,
+        type=seconds,
         default=DEFAULT_SHUTDOWN_DELAY,
         metavar="SECONDS",
         help="after SIGTERM, keep serving, unready, this long so the apiserver stops calling "
@@ -89,24 +88,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--metrics-bind-address",
-        type=_address,
-        default=("0.0.0.0", 8080),
+        type=bind_address,
+        default=":8080",
         metavar="HOST:PORT",
         help="where Prometheus metrics are served (default :8080)",
     )
     parser.add_argument(
         "--health-probe-bind-address",
-        type=_address,
-        default=("0.0.0.0", 8081),
+        type=bind_address,
+        default=":8081",
         metavar="HOST:PORT",
         help="where /healthz and /readyz are served (default :8081)",
     )
+    add_log_format(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT; 2 on bad input, an unreachable apiserver or an address
     that cannot be bound."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(json_lines=args.log_format == "json")
     try:
         if args.kubeconfig is not None and not args.kubeconfig.is_file():
             raise InvalidInput(f"cannot load the kubeconfig: {args.kubeconfig} is not a file")
@@ -134,12 +134,12 @@ def client_config(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    host, port = args.bind_address
+    host, port = parse_bind_address(args.bind_address)
     try:
         manager = await Manager.create(
             args.kubeconfig,
-            metrics_bind_address=_joined(args.metrics_bind_address),
-            health_probe_bind_address=_joined(args.health_probe_bind_address),
+            metrics_bind_address=args.metrics_bind_address,
+            health_probe_bind_address=args.health_probe_bind_address,
         )
     except Exception as error:  # kubeconfig missing or unreadable: the user's to fix
         raise InvalidInput(f"cannot load the kubeconfig: {error}") from None
@@ -178,24 +178,6 @@ async def _check_reachable(manager: Manager) -> None:
         await manager.client.api_client.close()
         host = manager.client.api_client.configuration.host
         raise InvalidInput(f"the apiserver at {host} is unreachable: {error!r}") from None
-
-
-def _joined(address: tuple[str, int]) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. :9443)")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def _seconds(text: str) -> float:
-    if not re.fullmatch(r"\d+(\.\d*)?", text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (e.g. 5)")
-    return float(text)
 
 
 def _webhook_url(text: str) -> str:

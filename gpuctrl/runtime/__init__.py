@@ -32,6 +32,7 @@ from ._errors import (
     api_error,
 )
 from ._events import EVENTS, EventRecorder, EventSink
+from ._http import parse_bind_address
 from ._informer import EventHandler, Informer, Transform, drop_managed_fields
 from ._kubeconfig import new_api_client, pod_namespace
 from ._leader import LEASES, LeaderElection, LeaderElector, default_identity
@@ -61,6 +62,7 @@ from ._reconcile import Request, Result
 from ._resources import Resource
 from ._status import StatusWriter, set_condition
 from ._store import NAMESPACE_INDEX, IndexFunc, Store
+from ._timestamps import kube_micro_time, kube_time
 
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
@@ -134,9 +136,12 @@ __all__ = [
     "drop_managed_fields",
     "freeze",
     "generation_changed",
+    "kube_micro_time",
+    "kube_time",
     "labels_changed",
     "new_api_client",
     "object_key",
+    "parse_bind_address",
     "pod_namespace",
     "request_for_object",
     "requests_for_owner",

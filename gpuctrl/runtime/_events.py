@@ -26,13 +26,13 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ._client import Client
 from ._clock import Clock, SystemClock
 from ._errors import TRANSIENT_ERRORS, ApiError, NotFound
 from ._resources import Resource
+from ._timestamps import kube_time
 
 __all__ = ["EVENTS", "EventCorrelator", "EventRecorder", "EventSink", "Send"]
 
@@ -221,7 +221,7 @@ class EventRecorder:
         returns at once (the manager sends it). ``obj`` needs apiVersion and kind, as objects
         from the cache and from `Client.list` have."""
         meta = obj["metadata"]
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = kube_time()
         involved = {
             "apiVersion": obj.get("apiVersion"),
             "kind": obj.get("kind"),

@@ -19,7 +19,6 @@ import logging
 import socket
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import Gauge
@@ -31,6 +30,7 @@ from ._jitter import jittered
 from ._kubeconfig import pod_namespace
 from ._metrics import METRICS_REGISTRY
 from ._resources import Resource
+from ._timestamps import kube_micro_time
 
 __all__ = ["LEASES", "LeaderElection", "LeaderElector", "default_identity"]
 
@@ -189,7 +189,7 @@ class LeaderElector:
         return True
 
     def _new_lease(self, current: dict[str, Any] | None) -> dict[str, Any]:
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stamp = kube_micro_time()
         spec = (current or {}).get("spec") or {}
         still_mine = spec.get("holderIdentity") == self.config.identity
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if still_mine else 1)

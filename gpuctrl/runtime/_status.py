@@ -26,7 +26,7 @@ import copy
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from ._client import Client, retry_on_conflict
@@ -34,6 +34,7 @@ from ._clock import Clock
 from ._errors import Conflict, Invalid, NotFound
 from ._objects import thaw
 from ._resources import Resource
+from ._timestamps import kube_time
 
 __all__ = ["StatusWriter", "set_condition"]
 
@@ -260,4 +261,4 @@ def _pointer(key: str) -> str:
 
 
 def _stamp(now: datetime | None) -> str:
-    return (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return kube_time(now)

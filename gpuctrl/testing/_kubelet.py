@@ -40,7 +40,7 @@ from typing import Any, Self
 import aiohttp
 import yaml
 
-from gpuctrl.runtime import ApiError, Client, Gone, new_api_client
+from gpuctrl.runtime import ApiError, Client, Gone, kube_micro_time, new_api_client
 
 from ._behavior import BehaviorError, BehaviorRules, ContainerBehavior, PodMatch
 from ._bwrap import ETC_FILES, Entry, host_entry
@@ -50,7 +50,6 @@ from ._nodes import (
     NODE_LEASE_NAMESPACE,
     SimulatedNode,
     lease_manifest,
-    micro_timestamp,
     node_manifest,
     node_spec_patch,
 )
@@ -282,7 +281,7 @@ class SimulatedKubelet:
                 await asyncio.sleep(self._heartbeat_seconds / len(names))
 
     async def _renew(self, name: str) -> None:
-        patch = {"spec": {"renewTime": micro_timestamp(_now())}}
+        patch = {"spec": {"renewTime": kube_micro_time(_now())}}
         self._renewing.add(name)
         try:
             with contextlib.suppress(ApiError, *_TRANSIENT):  # the next round renews it

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuctrl.runtime import kube_micro_time, kube_time
+
 from .envtest import kubernetes_version
 
 __all__ = [
@@ -23,7 +25,6 @@ __all__ = [
     "NODE_LEASE_NAMESPACE",
     "SimulatedNode",
     "lease_manifest",
-    "micro_timestamp",
     "node_labels",
     "node_manifest",
     "node_spec_patch",
@@ -202,7 +203,7 @@ def node_status(
     }
     if node.gpus > 0:
         resources["nvidia.com/gpu"] = str(node.gpus)
-    stamp = _timestamp(now)
+    stamp = kube_time(now)
     pressures = [
         ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
         ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
@@ -257,18 +258,9 @@ def lease_manifest(node_name: str, node_uid: str, now: datetime.datetime) -> dic
         "spec": {
             "holderIdentity": node_name,
             "leaseDurationSeconds": LEASE_DURATION_SECONDS,
-            "renewTime": micro_timestamp(now),
+            "renewTime": kube_micro_time(now),
         },
     }
-
-
-def micro_timestamp(now: datetime.datetime) -> str:
-    """A Kubernetes MicroTime."""
-    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _timestamp(now: datetime.datetime) -> str:
-    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _condition(kind: str, status: str, reason: str, message: str, stamp: str) -> dict[str, str]:

@@ -6,6 +6,8 @@ import datetime
 import hashlib
 from typing import Any
 
+from gpuctrl.runtime import kube_time
+
 from ._podsim import (
     NOT_STARTED,
     Condition,
@@ -28,7 +30,7 @@ def pod_status(sim: PodSim) -> dict[str, Any]:
             for kind, value in pod_conditions(sim).items()
         ],
         "hostIP": sim.host_ip,
-        "startTime": _timestamp(sim.started_at),
+        "startTime": kube_time(sim.started_at),
         "containerStatuses": [_container_status(c, sim) for c in sim.app_containers],
     }
     if sim.pod_ip:
@@ -45,7 +47,7 @@ def _condition_status(kind: str, value: Condition, since: datetime.datetime) -> 
         "type": kind,
         "status": "True" if status else "False",
         "lastProbeTime": None,
-        "lastTransitionTime": _timestamp(since),
+        "lastTransitionTime": kube_time(since),
     }
     if reason:
         condition["reason"] = reason
@@ -95,7 +97,7 @@ def _state(container: ContainerSim, sim: PodSim) -> dict[str, Any]:
         }
     if container.state == "running":
         assert container.since is not None
-        return {"running": {"startedAt": _timestamp(container.since)}}
+        return {"running": {"startedAt": kube_time(container.since)}}
     assert container.termination is not None
     return {"terminated": _terminated(container.termination)}
 
@@ -104,8 +106,8 @@ def _terminated(termination: Termination) -> dict[str, Any]:
     return {
         "exitCode": termination.exit_code,
         "reason": "Completed" if termination.exit_code == 0 else "Error",
-        "startedAt": _timestamp(termination.started_at),
-        "finishedAt": _timestamp(termination.finished_at),
+        "startedAt": kube_time(termination.started_at),
+        "finishedAt": kube_time(termination.finished_at),
         "containerID": termination.container_id,
     }
 
@@ -117,7 +119,3 @@ def _image_id(image: str) -> str:
     if name and "/" not in tag:
         repository = name
     return f"{repository}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
-
-
-def _timestamp(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

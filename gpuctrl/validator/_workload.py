@@ -17,7 +17,6 @@ import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -33,6 +32,7 @@ from gpuctrl.runtime import (
     Invalid,
     NotFound,
     Resource,
+    kube_time,
 )
 from gpuctrl.validator._pod import (
     InvalidOverrides,
@@ -381,7 +381,7 @@ async def _record_event(client: Client, check: WorkloadCheck, result: Passed | F
     cluster-scoped objects must be); a refusal is logged, not raised."""
     passed = isinstance(result, Passed)
     message = result.message if isinstance(result, Failed) else f"{check.check} validation passed"
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = kube_time()
     event = {
         "metadata": {
             "generateName": f"{check.node_name}.gpuctrl-{check.check}-validation.",

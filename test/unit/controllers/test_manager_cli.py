@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from controllers.cli import parse_address
-
 
 def _manager(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     clean = {
@@ -38,19 +36,6 @@ current-context: x
 """
     )
     return path
-
-
-@pytest.mark.parametrize(
-    ("text", "host", "port"),
-    [
-        pytest.param(":8080", "0.0.0.0", 8080, id="port-only"),
-        pytest.param("127.0.0.1:0", "127.0.0.1", 0, id="host-and-port"),
-        pytest.param("[::1]:9", "::1", 9, id="ipv6"),
-    ],
-)
-def test_addresses(text: str, host: str, port: int) -> None:
-    address = parse_address(text)
-    assert (address.host, address.port) == (host, port)
 
 
 @pytest.mark.parametrize("text", ["8080", "host:", "host:http", ":70000"])
