@@ -40,8 +40,8 @@ from controllers._kinds import (
     NODES,
     OWNED,
 )
-from controllers._readiness import DaemonSetReadiness, daemonset_readiness, summary
-from controllers._status import PolicyStatus, condition
+from controllers._readiness import PENDING, DaemonSetReadiness, daemonset_readiness, summary
+from controllers._status import INVALID_SPEC, PolicyStatus, condition
 from controllers.render import ClusterFacts, MissingConfigMap, RenderError, render_component
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
@@ -135,8 +135,11 @@ class _OperandReconciler:
 
     async def reconcile(self, request: Request) -> Result | None:
         policy = honoured(self._cache)
-        if policy is None or policy.name != request.name or policy.model is None:
-            return None  # nothing to do, or another policy's turn; InvalidSpec: see policy
+        if policy is None or policy.name != request.name:
+            return None  # nothing to do, or another policy's turn
+        if policy.model is None:
+            await self._condition(policy, None, *INVALID_SPEC)
+            return None  # the last good objects keep running; the problems are on Ready
         facts = cluster_facts(self._cache, self._namespace)
         try:
             rendered = render_component(self._operand.component, policy.model, facts)
@@ -220,6 +223,11 @@ class _OperandReconciler:
                 + summary(component, sets)
             )
             await self._condition(policy, False, "NFDLabelsMissing", text)
+        elif pending := [r.name for _, r in sets if not r.observed]:
+            # Counts not yet the DaemonSet controller's: no Warning for a set just made.
+            text = f"{summary(component, sets)}; the DaemonSet controller has not yet observed "
+            text += ", ".join(pending)
+            await self._condition(policy, False, PENDING, text, quiet=True)
         elif all(r.done for _, r in sets):
             await self._condition(policy, True, "Reconciled", summary(component, sets))
         else:
@@ -230,13 +238,15 @@ class _OperandReconciler:
         label = name.removeprefix(f"gpuctrl-{self._operand.component}-")
         current = cached(self._cache, DAEMON_SETS, self._namespace, name, self._namespace)
         if current is None:  # just created: the cache has not seen it yet
-            return label, DaemonSetReadiness(name, 0, 0, False)
+            return label, DaemonSetReadiness(name, 0, 0, False, observed=False)
         return label, daemonset_readiness(current)
 
-    async def _condition(self, policy: Policy, ok: bool, reason: str, message: str) -> None:
+    async def _condition(
+        self, policy: Policy, ok: bool | None, reason: str, message: str, *, quiet: bool = False
+    ) -> None:
         generation = policy.obj["metadata"].get("generation")
         entry = condition(self._operand.condition, ok, reason, message, generation)
-        await self._status.write(policy.obj, [entry])
+        await self._status.write(policy.obj, [entry], quiet=quiet)
 
 
 def _identity(obj: Mapping[str, Any]) -> tuple[str, str, str]:

@@ -18,17 +18,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DaemonSetReadiness", "daemonset_readiness", "summary"]
+__all__ = ["PENDING", "DaemonSetReadiness", "daemonset_readiness", "summary"]
+
+PENDING = "DaemonSetPending"
+"""The reason of an operand's condition while the DaemonSet controller has not yet counted a
+DaemonSet's current generation (not a problem: no Warning Event)."""
 
 
 @dataclass(frozen=True)
 class DaemonSetReadiness:
-    """One DaemonSet's verdict: ``ready`` of ``desired`` nodes run its current pod."""
+    """One DaemonSet's verdict: ``ready`` of ``desired`` nodes run its current pod; ``observed``:
+    the DaemonSet controller has seen its current generation (else the counts are stale)."""
 
     name: str
     ready: int
     desired: int
     done: bool
+    observed: bool = True
 
 
 def daemonset_readiness(ds: Mapping[str, Any]) -> DaemonSetReadiness:
@@ -41,7 +47,7 @@ def daemonset_readiness(ds: Mapping[str, Any]) -> DaemonSetReadiness:
     available = int(status.get("numberAvailable") or 0)
     ready = min(updated, available) if current else 0
     done = current and (desired == 0 or updated == available == desired)
-    return DaemonSetReadiness(name, min(ready, desired), desired, done)
+    return DaemonSetReadiness(name, min(ready, desired), desired, done, current)
 
 
 def summary(operand: str, sets: Sequence[tuple[str, DaemonSetReadiness]]) -> str:

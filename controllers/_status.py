@@ -1,5 +1,7 @@
 """Writing a ClusterPolicy's status: each controller its own condition, the policy controller
-the state; a Warning Event whenever a condition turns False.
+the state; a Warning Event whenever a condition turns False or, while False, changes its
+reason. While the spec is invalid every controller's condition is ``Unknown`` with reason
+``InvalidSpec`` (`INVALID_SPEC`): the problems are on ``Ready``, and no part says it is fine.
 
 Writes go through `gpuctrl.runtime.StatusWriter` (nothing is sent when the status already
 says so; each controller's write replaces only its own condition, so the seven writers of one
@@ -15,16 +17,20 @@ from typing import Any, Literal
 from controllers._kinds import CLUSTER_POLICIES
 from gpuctrl.runtime import EventRecorder, NotFound, StatusWriter
 
-__all__ = ["PolicyStatus", "condition"]
+__all__ = ["INVALID_SPEC", "PolicyStatus", "condition"]
+
+INVALID_SPEC = ("InvalidSpec", "the spec is invalid (its problems are on condition Ready)")
+"""The reason and message of a controller's ``Unknown`` condition while the spec is invalid."""
 
 
 def condition(
-    type: str, ok: bool, reason: str, message: str, generation: int | None
+    type: str, ok: bool | None, reason: str, message: str, generation: int | None
 ) -> dict[str, Any]:
-    """A condition entry for ``status.conditions`` (its time is set when it is written)."""
+    """A condition entry for ``status.conditions`` (its time is set when it is written);
+    ``ok`` None is status ``Unknown``."""
     found: dict[str, Any] = {
         "type": type,
-        "status": "True" if ok else "False",
+        "status": "Unknown" if ok is None else "True" if ok else "False",
         "reason": reason,
         "message": message,
     }
@@ -61,7 +67,10 @@ class PolicyStatus:
         if stored is None:
             return False
         for entry in [] if quiet else conditions:
-            if entry["status"] == "False" and before.get(entry["type"]) != "False":
+            if entry["status"] == "False" and before.get(entry["type"]) != (
+                "False",
+                entry["reason"],
+            ):
                 text = f"{entry['type']}: {entry['message']}"
                 self.event(stored, "Warning", entry["reason"], text)
         return True
@@ -73,6 +82,7 @@ class PolicyStatus:
         self._recorder.event(policy, type, reason, text)
 
 
-def _by_type(policy: Mapping[str, Any]) -> dict[str, str]:
+def _by_type(policy: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
     status = policy.get("status") or {}
-    return {c["type"]: c.get("status", "") for c in status.get("conditions") or ()}
+    conditions = status.get("conditions") or ()
+    return {c["type"]: (c.get("status", ""), c.get("reason", "")) for c in conditions}

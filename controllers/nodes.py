@@ -21,7 +21,7 @@ from api.v1alpha1 import ClusterPolicy
 from controllers._cluster import cached, honoured, informer, node_states, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, NODES
 from controllers._labels import DEPLOY_LABELS, DEPLOY_OPERANDS, GPU_PRESENT, NFD_GPU_LABELS
-from controllers._status import PolicyStatus, condition
+from controllers._status import INVALID_SPEC, PolicyStatus, condition
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
     Cache,
@@ -136,7 +136,11 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Contro
 
     async def report(request: Request) -> Result | None:
         policy = honoured(cache)
-        if policy is None or policy.name != request.name or policy.model is None:
+        if policy is None or policy.name != request.name:
+            return None
+        if policy.model is None:
+            generation = policy.obj["metadata"].get("generation")
+            await status.write(policy.obj, [condition(LABELLED, None, *INVALID_SPEC, generation)])
             return None
         enabled = enabled_components(policy.model)
         gpus = pending = 0

@@ -26,6 +26,7 @@ from controllers._cluster import (
     to_honoured,
 )
 from controllers._kinds import CLUSTER_POLICIES, NODES, PODS
+from controllers._readiness import PENDING
 from controllers._status import PolicyStatus, condition
 from controllers.nodes import DEPLOY_LABELS, LABELLED, enabled_components, is_gpu
 from controllers.repoconfig import REPO_CONFIG_READY
@@ -38,7 +39,7 @@ from gpuctrl.runtime import (
     resource_version_changed,
 )
 
-__all__ = ["CONDITIONS", "READY", "ready_nodes", "setup"]
+__all__ = ["CONDITIONS", "READY", "ready_nodes", "setup", "verdict"]
 
 READY = "Ready"
 CONDITIONS = (
@@ -64,25 +65,35 @@ def ready_nodes(
     return f"{ready}/{len(gpu)}"
 
 
-def _verdict(policy: Policy) -> tuple[dict[str, Any], str]:
-    """The ``Ready`` condition and state of the honoured, valid ``policy``."""
+def verdict(policy: Policy, nodes: str) -> tuple[dict[str, Any], str, bool]:
+    """The ``Ready`` condition and state of the honoured, valid ``policy`` whose GPU nodes
+    run a Ready pod of every operand on ``nodes`` (``R/N``), and whether it goes without a
+    Warning Event (the parts are merely not counted yet: waiting for a generation, or a
+    DaemonSet not yet observed). Never ``ready`` with R < N: the pods' readiness can reach the
+    cache before the DaemonSets' counts do."""
     generation = policy.obj["metadata"].get("generation")
     found = {c["type"]: c for c in (policy.obj.get("status") or {}).get("conditions") or ()}
-    failed = [found[t] for t in CONDITIONS if t in found and found[t]["status"] != "True"]
     waiting = [
         t for t in CONDITIONS if t not in found or found[t].get("observedGeneration") != generation
     ]
+    failed = [
+        found[t] for t in CONDITIONS if t not in waiting and found[t]["status"] != "True"
+    ]  # a condition of an older generation is waited for, not reported
     if failed:
         text = "; ".join(f"{c['type']}: {c.get('message', '')}" for c in failed)
-        return condition(
-            READY, False, failed[0].get("reason") or "OperandNotReady", text, generation
-        ), "notReady"
+        reason = failed[0].get("reason") or "OperandNotReady"
+        pending = all(c.get("reason") == PENDING for c in failed)
+        return condition(READY, False, reason, text, generation), "notReady", pending
     if waiting:
         text = f"waiting for {', '.join(waiting)} of generation {generation}"
-        return condition(READY, False, "OperandNotReady", text, generation), "notReady"
+        return condition(READY, False, "OperandNotReady", text, generation), "notReady", True
+    ready, _, total = nodes.partition("/")
+    if ready != total:
+        text = f"{nodes} GPU nodes run a Ready pod of every operand"
+        return condition(READY, False, "OperandNotReady", text, generation), "notReady", True
     reason = "NoGPUNodes" if found[LABELLED].get("reason") == "NoGPUNodes" else "Reconciled"
     text = "every enabled operand is ready on every GPU node"
-    return condition(READY, True, reason, text, generation), "ready"
+    return condition(READY, True, reason, text, generation), "ready", False
 
 
 def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
@@ -99,6 +110,7 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
             return None
         generation = obj["metadata"].get("generation")
         fields: dict[str, Any] = {"namespace": namespace}
+        quiet = False
         if top.name != request.name:
             text = f"ClusterPolicy {top.name!r} is honoured (the oldest); this one is ignored"
             entry = condition(READY, False, "Ignored", text, generation)
@@ -108,12 +120,12 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
             entry = condition(READY, False, "InvalidSpec", text, generation)
             fields["state"] = "notReady"
         else:
-            entry, fields["state"] = _verdict(top)
             components = enabled_components(top.model) & set(DEPLOY_LABELS)
             every_node = state_nodes(node_states(cache, namespace))
             running = ready_components(cache, namespace)
             fields["readyNodes"] = ready_nodes(every_node, running, components)
-        await status.write(obj, [entry], fields)
+            entry, fields["state"], quiet = verdict(top, fields["readyNodes"])
+        await status.write(obj, [entry], fields, quiet=quiet)
         return None
 
     def deleted(event: Event) -> bool:

@@ -19,7 +19,7 @@ from prometheus_client import Gauge
 from api.v1alpha1 import ClusterPolicy
 from controllers._cluster import cluster_facts, honoured, informer, node_role_changed, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, CONFIG_MAPS, NODES
-from controllers._status import PolicyStatus, condition
+from controllers._status import INVALID_SPEC, PolicyStatus, condition
 from controllers.render import ClusterFacts, check_repo_config, next_certificate_change
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
@@ -55,7 +55,12 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
 
     async def reconcile(request: Request) -> Result | None:
         policy = honoured(cache)
-        if policy is None or policy.name != request.name or policy.model is None:
+        if policy is None or policy.name != request.name:
+            return None
+        generation = policy.obj["metadata"].get("generation")
+        if policy.model is None:
+            entry = condition(REPO_CONFIG_READY, None, *INVALID_SPEC, generation)
+            await status.write(policy.obj, [entry])
             return None
         facts = cluster_facts(cache, namespace)
         now = datetime.now(UTC)
@@ -64,7 +69,6 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
         warnings = [p.message for p in problems if p.severity == "warning"]
         _PROBLEMS.labels("error").set(len(errors))
         _PROBLEMS.labels("warning").set(len(warnings))
-        generation = policy.obj["metadata"].get("generation")
         if errors:
             text = "; ".join(errors + warnings)
             entry = condition(REPO_CONFIG_READY, False, "InvalidRepoConfig", text, generation)
