@@ -12,7 +12,11 @@ RUN_DEBIAN_PACKAGES := bubblewrap
 # zypper's parsers of .repo files).
 TEST_DEBIAN_PACKAGES := $(RUN_DEBIAN_PACKAGES) containerd dpkg-dev gnupg apt-utils python3-dnf zypper
 
-.PHONY: run test lint unit integration e2e bench manifests envtest test-deps clean
+.PHONY: help run test lint unit integration e2e bench manifests envtest test-deps clean
+
+# The first target: `make` alone prints the targets, each with its `##` line.
+help:
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## /  \1\t/' | expand -t 14
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || bash hack/install-debian-packages.sh python3 python3-venv
@@ -27,44 +31,44 @@ $(HELM_STAMP): $(STAMP)
 	touch $(HELM_STAMP)
 
 # The control plane (Kubernetes from Go modules; GPUCTRL_K8S_VERSION picks the release).
-envtest: $(STAMP)
+envtest: $(STAMP) ## build the local control plane (Kubernetes from Go modules, cached)
 	PYTHON=$(BIN)/python bash hack/envtest-assets.sh >/dev/null
 
-test-deps: envtest
+test-deps: envtest ## install what the tests talk to (Debian packages, kubectl, containerd)
 	bash hack/install-debian-packages.sh $(TEST_DEBIAN_PACKAGES)
 	bash hack/kubectl.sh >/dev/null
 	bash hack/containerd-versions.sh  # containerd 1.6, 1.7 and 2.1 unpacked for the toolkit's tests
 
-lint: $(STAMP)
+lint: $(STAMP) ## ruff, import contracts and mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy gpuctrl api controllers webhooks
 
-test: $(STAMP) $(HELM_STAMP) test-deps lint
+test: $(STAMP) $(HELM_STAMP) test-deps lint ## lint, then every test (what CI runs)
 	$(BIN)/python -m pytest -q -rfE --durations=20 test/unit test/integration test/e2e
 
-unit: $(STAMP)
+unit: $(STAMP) ## the unit tests only (no control plane)
 	$(BIN)/python -m pytest -q test/unit
 
-integration: $(STAMP) test-deps
+integration: $(STAMP) test-deps ## the integration tests (a real apiserver)
 	$(BIN)/python -m pytest -q test/integration
 
-e2e: $(STAMP) test-deps
+e2e: $(STAMP) test-deps ## the whole-stack stories
 	$(BIN)/python -m pytest -q test/e2e
 
-bench: $(STAMP) test-deps
+bench: $(STAMP) test-deps ## the benchmarks (figures in the README)
 	for bench in test/bench/bench_*.py; do $(BIN)/python $$bench || exit 1; done
 
-manifests: $(STAMP)
+manifests: $(STAMP) ## regenerate the CRDs and the chart's generated files from the API models
 	$(BIN)/python -m api.crdgen config/crd
 	$(BIN)/python -m api.chartgen config
 
 # With KUBECONFIG set, run against that cluster: no local control plane to build.
-run: $(STAMP)
+run: $(STAMP) ## the operator and webhook on a local control plane with simulated GPU nodes
 	[ -n "$$KUBECONFIG" ] || bash hack/install-debian-packages.sh $(RUN_DEBIAN_PACKAGES)
 	[ -n "$$KUBECONFIG" ] || PYTHON=$(BIN)/python bash hack/envtest-assets.sh >/dev/null
 	$(BIN)/python hack/run.py
 
-clean:
+clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -6,6 +6,7 @@ webhook, not render, acts on them, but they are validated so a broken one is rep
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,28 +37,33 @@ class RenderInput:
 
 
 def read_inputs(paths: Sequence[Path], namespace: str) -> RenderInput:
-    """Read ``paths``; raises `InvalidPolicy` listing every problem (file:document paths)."""
+    """Read ``paths``; raises `InvalidPolicy` listing every problem, each where it is
+    (``file:line``, the line of the field when the problem names one)."""
     problems: list[Problem] = []
-    policies: list[tuple[str, dict[str, Any]]] = []
+    policies: list[_Document] = []
     nodes: list[dict[str, Any]] = []
     config_maps: list[dict[str, Any]] = []
+    unreadable = False
     for path in paths:
-        for where, doc in _documents(path, problems):
+        documents = _documents(path, problems)
+        unreadable |= documents is None
+        for document in documents or ():
+            doc = document.content
             key = (doc.get("apiVersion"), doc.get("kind"))
             if key == ("gpuctrl.io/v1alpha1", "ClusterPolicy"):
-                policies.append((where, doc))
+                policies.append(document)
             elif key == ("v1", "Node"):
                 nodes.append(doc)
             elif key == ("v1", "ConfigMap"):
                 config_maps.append(doc)
             elif key == ("gpuctrl.io/v1alpha1", "PodPolicy"):
-                _check(load_pod_policy, where, doc, problems)
+                _check(load_pod_policy, document, problems)
             else:
-                problems.append(Problem(where, f"unexpected object {key[0]}/{key[1]}"))
-    if len(policies) != 1:
-        found = ", ".join(where for where, _ in policies) or "none"
+                problems.append(Problem(document.where(), f"unexpected object {key[0]}/{key[1]}"))
+    if len(policies) != 1 and not unreadable:  # an unreadable file may hold it: said already
+        found = ", ".join(d.where() for d in policies) or "none"
         problems.append(Problem("input", f"expected one ClusterPolicy, found {found}"))
-    policy = _check(load_cluster_policy, *policies[0], problems) if len(policies) == 1 else None
+    policy = _check(load_cluster_policy, policies[0], problems) if len(policies) == 1 else None
     try:
         facts = ClusterFacts.from_objects(namespace, nodes, config_maps)
     except (KeyError, TypeError, ValueError) as error:
@@ -67,34 +73,85 @@ def read_inputs(paths: Sequence[Path], namespace: str) -> RenderInput:
     return RenderInput(policy, facts)
 
 
-def _documents(path: Path, problems: list[Problem]) -> list[tuple[str, dict[str, Any]]]:
+@dataclass(frozen=True)
+class _Document:
+    """One YAML document of an input file: its content and the node tree it was built from
+    (which knows each value's line)."""
+
+    path: Path
+    content: dict[str, Any]
+    node: yaml.Node
+
+    def where(self, field: str = "") -> str:
+        """``file:line`` of the document, or of ``field`` (a wire path) as far as it is found."""
+        return f"{self.path}:{_line(self.node, field)}"
+
+
+def _documents(path: Path, problems: list[Problem]) -> list[_Document] | None:
+    """The mapping documents of ``path``; None (after adding one problem) when it cannot be
+    read or is not YAML."""
     try:
-        docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        problems.append(Problem(str(path), f"cannot read: {error}"))
-        return []
-    found = []
-    for index, doc in enumerate(docs):
-        if doc is None:
-            continue
-        if not isinstance(doc, dict):
-            problems.append(Problem(f"{path}:{index}", "a document is not a mapping"))
-            continue
-        found.append((f"{path}:{index}", doc))
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        problems.append(Problem(str(path), f"cannot read: {reason}"))
+        return None
+    loader = yaml.SafeLoader(text)
+    found: list[_Document] = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            doc = None if node is None else loader.construct_document(node)
+            if node is None or doc is None:
+                continue
+            if not isinstance(doc, dict):
+                line = node.start_mark.line + 1
+                problems.append(Problem(f"{path}:{line}", "a document is not a mapping"))
+                continue
+            found.append(_Document(path, doc, node))
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problems.append(Problem(where, f"not valid YAML: {error.problem or error.context}"))
+        return None
+    except yaml.YAMLError as error:
+        problems.append(Problem(str(path), f"not valid YAML: {error}"))
+        return None
+    finally:
+        loader.dispose()
     return found
+
+
+_STEP = re.compile(r"([^.\[]+)|\[([^\]]*)\]")
+
+
+def _line(node: yaml.Node, field: str) -> int:
+    """The 1-based line of ``field`` (``spec.a.b[0]``, ``labels[some/key]``) under ``node``, or
+    of the deepest part of it found."""
+    for name, index in _STEP.findall(field):
+        step = name or index
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            child = next((v for k, v in node.value if k.value == step), None)
+        elif isinstance(node, yaml.SequenceNode) and step.isdigit() and int(step) < len(node.value):
+            child = node.value[int(step)]
+        if child is None:
+            break
+        node = child
+    return node.start_mark.line + 1
 
 
 def _check(
     load: Callable[[dict[str, Any]], _Loaded],
-    where: str,
-    doc: dict[str, Any],
+    document: _Document,
     problems: list[Problem],
 ) -> _Loaded | None:
-    """``load(doc)``, or None after adding its problems, each prefixed with ``where``."""
+    """``load(document)``, or None after adding its problems, each at its line."""
     try:
-        return load(doc)
+        return load(document.content)
     except InvalidPolicy as error:
-        problems.extend(Problem(f"{where}: {p.path}", p.message) for p in error.problems)
+        found = (Problem(f"{document.where(p.path)}: {p.path}", p.message) for p in error.problems)
+        problems.extend(found)
         return None
 
 

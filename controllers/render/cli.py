@@ -5,7 +5,8 @@ ConfigMaps (of ``--namespace``) it should see. Invalid input exits 2 after print
 problem with its path, and writes nothing; so does a driver repository configuration with
 errors (`check_repo_config`, the checks of ``gpuctrl check-repo``), whose warnings go to
 stderr. GPU nodes left without a driver DaemonSet (NFD has not labelled their OS) are named in
-a warning on stderr; the render still succeeds.
+a warning on stderr, and without any GPU Node a note says the driver DaemonSets are left out;
+the render still succeeds.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     skipped = nodes_without_driver(given.policy, given.facts)
+    if given.policy.spec.driver.enabled and not given.facts.gpu_nodes():
+        print(
+            "note: no GPU Node among the input (add -f nodes.yaml with the cluster's Nodes): "
+            "the driver DaemonSets, one per OS release of the GPU nodes, are left out",
+            file=sys.stderr,
+        )
     if skipped:
         print(
             f"warning: GPU node(s) {', '.join(skipped)} lack NFD's OS labels "

@@ -68,12 +68,14 @@ def test_invalid_input_exits_2_lists_every_problem_and_writes_nothing(
     assert out == ""
     assert not out_dir.exists()
     lines = err.splitlines()
-    assert f"error: {bad}:1: unexpected object v1/Secret" in lines
+    # Each problem at the line of its field (the document's for a whole object).
+    assert f"error: {bad}:10: unexpected object v1/Secret" in lines
     paths = "spec.driver.repoConfig.nodeLocalPaths"
-    assert any(f"{bad}:0: {paths}[0]: '/etc/pki' is under /etc" in line for line in lines)
-    assert any(f"{bad}:0: {paths}[1]: 'relative' is not absolute" in line for line in lines)
-    assert any(f"{bad}:0: {paths}: requires repoConfig.configMapName" in line for line in lines)
-    assert any("spec.daemonsets.priorityClassName: 'Not_Valid'" in line for line in lines)
+    assert any(f"{bad}:6: {paths}[0]: '/etc/pki' is under /etc" in line for line in lines)
+    assert any(f"{bad}:6: {paths}[1]: 'relative' is not absolute" in line for line in lines)
+    assert any(f"{bad}:6: {paths}: requires repoConfig.configMapName" in line for line in lines)
+    assert any(f"{bad}:8: spec.daemonsets.priorityClassName: 'Not_Valid'" in ln for ln in lines)
+    assert all(line.startswith("error: ") for line in lines), "one line per problem"
 
 
 def test_gpu_nodes_without_os_labels_are_named_in_a_warning(
@@ -119,7 +121,7 @@ def test_a_broken_pod_policy_exits_2_with_its_path(
     out, err = capsys.readouterr()
     assert out == ""
     assert not out_dir.exists()
-    assert f"error: {bad}:0: {message}" in err
+    assert f"error: {bad}:5: {message}" in err
 
 
 def test_a_valid_pod_policy_beside_the_policy_renders() -> None:
@@ -137,7 +139,7 @@ def test_a_valid_pod_policy_beside_the_policy_renders() -> None:
             "expected one ClusterPolicy, found",
             id="two",
         ),
-        pytest.param("a: [unclosed\n", "cannot read", id="yaml-error"),
+        pytest.param("a: [unclosed\n", "in.yaml:2:1: not valid YAML: expected", id="yaml-error"),
         pytest.param("- a list\n", "a document is not a mapping", id="not-a-mapping"),
     ],
 )
@@ -147,7 +149,18 @@ def test_malformed_streams_exit_2(
     path = tmp_path / "in.yaml"
     path.write_text(text)
     assert main(["render", "-f", str(path)]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err
+    assert all(line.startswith("error: ") for line in err.splitlines()), err
+
+
+def test_a_file_that_cannot_be_read_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing.yaml"
+    assert main(["render", "-f", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {missing}: cannot read: No such file or directory\n"
 
 
 def test_migrate_module_imports_nothing_heavy() -> None:
@@ -174,3 +187,12 @@ def test_renderer_imports_no_client_and_no_asyncio() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_without_gpu_nodes_a_note_says_the_driver_is_left_out(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["render", "-f", str(MINIMAL)]) == 0
+    out, err = capsys.readouterr()
+    assert "the driver DaemonSets, one per OS release of the GPU nodes, are left out" in err
+    assert "gpuctrl-driver-" not in out
