@@ -13,8 +13,10 @@ $GPUCTRL_WEBHOOK_ADDRESS, default 127.0.0.1:9443; metrics and probes on
 $GPUCTRL_WEBHOOK_METRICS_ADDRESS and $GPUCTRL_WEBHOOK_PROBE_ADDRESS, default :8090 and :8091)
 and runs ``gpuctrl manager`` (metrics on $GPUCTRL_METRICS_ADDRESS, default 127.0.0.1:8080;
 probes on $GPUCTRL_PROBE_ADDRESS, default 127.0.0.1:8081) until Ctrl-C, when it stops
-everything it started. A busy port or a process that exits stops it with the reason. The
-manager labels the nodes, applies the operands and keeps them converged.
+everything it started (so does SIGTERM to make: GNU make passes SIGTERM on to its recipe, but
+not SIGINT, which it expects the terminal to send the whole process group). A busy port or a
+process that exits stops everything, says why in one line and exits 1. The manager labels the
+nodes, applies the operands and keeps them converged.
 """
 
 from __future__ import annotations
@@ -88,6 +90,10 @@ async def _wait_established(client: Client, name: str) -> None:
     raise RuntimeError(f"CRD {name} was not established within 10 s")
 
 
+class CannotRun(Exception):
+    """What keeps `make run` from running, in one line (exit 1 once everything is stopped)."""
+
+
 async def _start(
     stack: AsyncExitStack, name: str, probes: str, *args: str
 ) -> asyncio.subprocess.Process:
@@ -101,13 +107,16 @@ async def _start(
     async with aiohttp.ClientSession() as session:
         for _ in range(600):
             if process.returncode is not None:
-                raise RuntimeError(f"gpuctrl {name} exited with {process.returncode}")
+                raise CannotRun(
+                    f"gpuctrl {name} exited with {process.returncode} (its reason is above: "
+                    "a port in use? another `make run`? GPUCTRL_*_ADDRESS pick others)"
+                )
             with contextlib.suppress(aiohttp.ClientError):
                 async with session.get(f"http://{probes}/readyz") as response:
                     if response.status == 200:
                         return process
             await asyncio.sleep(0.1)
-    raise RuntimeError(f"gpuctrl {name} was not ready on {probes} within 60 s")
+    raise CannotRun(f"gpuctrl {name} was not ready on {probes} within 60 s")
 
 
 async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
@@ -172,6 +181,8 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
         waiting.cancel()
         exited.cancel()
         print("stopping ...", flush=True)
+        if manager.returncode is not None and not stop.is_set():
+            raise CannotRun(f"gpuctrl manager exited with {manager.returncode} (its log is above)")
 
 
 async def _report_when_ready(client: Client, kubelet: SimulatedKubelet, kubectl: str) -> None:
@@ -256,7 +267,11 @@ async def main() -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     configured = os.environ.get("KUBECONFIG")
-    await _serve(Path(configured) if configured else None, stop)
+    try:
+        await _serve(Path(configured) if configured else None, stop)
+    except CannotRun as error:
+        print(f"make run: {error}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

@@ -267,3 +267,34 @@ def _pids_mentioning(text: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+async def test_make_run_stops_with_one_line_when_a_port_is_taken() -> None:
+    """Issue 23: a busy port (another `make run`) stops everything, says so in one line and
+    exits 1 (it printed 'running' with no manager and no webhook before)."""
+    async with ControlPlane() as plane:
+        env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
+        addresses = _free_addresses(len(ADDRESS_VARIABLES))
+        env.update(zip(ADDRESS_VARIABLES, addresses, strict=True))
+        with socket.socket() as busy:
+            host, port = env["GPUCTRL_WEBHOOK_METRICS_ADDRESS"].split(":")
+            busy.bind((host, int(port)))
+            busy.listen()
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(ROOT / "hack" / "run.py"),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+            async with asyncio.timeout(60):
+                output, _ = await process.communicate()
+        text = output.decode(errors="replace")
+        assert process.returncode == 1, text
+        assert "Traceback" not in text
+        assert "running; Ctrl-C" not in text
+        (line,) = [line for line in text.splitlines() if line.startswith("make run: ")]
+        assert line.startswith("make run: gpuctrl webhook exited with 2"), line
+        assert f"cannot listen on {host}:{port}" in text
+        assert not _pids_mentioning(str(plane.kubeconfig)), "nothing it started is left"
