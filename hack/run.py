@@ -166,6 +166,7 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
             "--metrics-bind-address", METRICS,
         )  # fmt: skip
         print(f"gpuctrl manager running: metrics http://{METRICS}/metrics", flush=True)
+        print(f"gpuctrl webhook running: metrics http://{WEBHOOK_METRICS}/metrics", flush=True)
         kubectl = f"kubectl --kubeconfig {kubeconfig}"
         print(f"kubeconfig: {kubeconfig}", flush=True)
         print(f"look:  {kubectl} get nodes,clusterpolicies", flush=True)

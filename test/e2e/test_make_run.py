@@ -163,6 +163,11 @@ async def _operands_run_then_interrupt(run: Run) -> None:
             assert policy["status"]["readyNodes"] == "4/4"
 
         await eventually(operands_running, within=120)
+        # Both metrics addresses are printed; a certificate about to be written is no warning.
+        assert "gpuctrl webhook running: metrics http://" in run.output
+        assert "WARNING" not in "".join(
+            line for line in run.lines if "serving certificate" in line
+        ), run.output
         name = "gpuctrl-driver-ubuntu22.04"
         before = (await raw.get(DAEMON_SETS, name, "gpuctrl"))["metadata"]["generation"]
         (policy,) = await raw.list(POLICIES)

@@ -62,6 +62,11 @@ class CertWatcher:
                 (self.cert_dir / CERT_FILE).read_bytes(),
                 (self.cert_dir / KEY_FILE).read_bytes(),
             )
+        except FileNotFoundError:
+            # Not yet written (a certificate manager, a Secret volume still syncing): not ready
+            # until it is, which /readyz says; not a warning.
+            self._problem(f"waiting for a serving certificate in {self.cert_dir}", logging.INFO)
+            return False
         except OSError as error:
             self._problem(f"cannot read the serving certificate in {self.cert_dir}: {error}")
             return False
@@ -77,10 +82,10 @@ class CertWatcher:
         log.info("serving certificate loaded from %s", self.cert_dir)
         return True
 
-    def _problem(self, message: str) -> None:
+    def _problem(self, message: str, level: int = logging.WARNING) -> None:
         """Log a problem once, not on every poll while it lasts."""
         if message != self._last_problem:
-            log.warning("%s", message)
+            log.log(level, "%s", message)
             self._last_problem = message
 
     async def watch(self, stop: asyncio.Event) -> None:

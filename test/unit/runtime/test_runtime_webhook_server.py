@@ -184,14 +184,22 @@ async def test_a_mismatched_pair_keeps_the_old_certificate(
     assert (await post(server, cert, review({})))[0] == 200
 
 
-async def test_without_certificate_files_the_server_is_not_ready(tmp_path: Path) -> None:
+async def test_without_certificate_files_the_server_is_not_ready(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Files not written yet (a certificate manager is about to) are waited for: not ready,
+    and said at info, not as a warning on every start."""
     server = WebhookServer(tmp_path / "missing", host="127.0.0.1", port=0, shutdown_delay=0)
     stop = asyncio.Event()
-    task = asyncio.create_task(server.start(stop))
-    await server.wait_listening()
-    assert not server.ready()
-    stop.set()
-    await task
+    with caplog.at_level("INFO", logger="gpuctrl.runtime.webhook"):
+        task = asyncio.create_task(server.start(stop))
+        await server.wait_listening()
+        assert not server.ready()
+        stop.set()
+        await task
+    waiting = [r for r in caplog.records if "waiting for a serving certificate" in r.getMessage()]
+    assert [r.levelname for r in waiting] == ["INFO"]
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
 @contextlib.asynccontextmanager
