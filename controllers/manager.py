@@ -7,18 +7,11 @@ one Event recorder.
 
 from __future__ import annotations
 
-from controllers import (
-    deviceplugin,
-    driver,
-    nodes,
-    podpolicy,
-    policy,
-    repoconfig,
-    toolkit,
-    validator,
-)
+from controllers import nodes, podpolicy, policy, repoconfig
 from controllers._cluster import TRANSFORMS
+from controllers._operand import setup_operand
 from controllers._status import PolicyStatus
+from controllers.operands import OPERANDS
 from gpuctrl.runtime import Manager, StatusWriter
 
 __all__ = ["TRANSFORMS", "setup_controllers"]
@@ -27,8 +20,8 @@ __all__ = ["TRANSFORMS", "setup_controllers"]
 def setup_controllers(manager: Manager, namespace: str) -> None:
     """Add the operator's controllers, whose operands live in ``namespace``, to ``manager``.
 
-    Each records its Events as ``gpuctrl-<module>``, so each has its own spam-filter budget
-    and ``kubectl describe`` tells who said what.
+    Each records its Events as ``gpuctrl-<name>`` (an operand's component name), so each has
+    its own spam-filter budget and ``kubectl describe`` tells who said what.
     """
     writer = StatusWriter(manager.client, attempts=10, clock=manager.clock)
 
@@ -36,8 +29,8 @@ def setup_controllers(manager: Manager, namespace: str) -> None:
         return PolicyStatus(writer, manager.event_recorder(f"gpuctrl-{name}"))
 
     nodes.setup(manager, namespace, status("nodes"))
-    for operand in (driver, toolkit, validator, deviceplugin):
-        operand.setup(manager, namespace, status(operand.__name__.rpartition(".")[2]))
+    for operand in OPERANDS:
+        setup_operand(manager, namespace, operand, status(operand.component))
     repoconfig.setup(manager, namespace, status("repo-config"))
     policy.setup(manager, namespace, status("policy"))
     podpolicy.setup(manager, namespace)

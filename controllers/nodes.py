@@ -22,6 +22,7 @@ from controllers._cluster import cached, honoured, informer, node_states, to_hon
 from controllers._kinds import CLUSTER_POLICIES, NODES
 from controllers._labels import DEPLOY_LABELS, DEPLOY_OPERANDS, GPU_PRESENT, NFD_GPU_LABELS
 from controllers._status import INVALID_SPEC, PolicyStatus, condition
+from controllers.operands import OPERANDS
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
     Cache,
@@ -53,15 +54,8 @@ _OURS = "true"  # the value gpuctrl writes; only labels holding it are gpuctrl's
 
 
 def enabled_components(policy: ClusterPolicy) -> frozenset[str]:
-    """The components ``policy`` enables."""
-    spec = policy.spec
-    switches = {
-        "driver": spec.driver.enabled,
-        "toolkit": spec.toolkit.enabled,
-        "validator": spec.validator.enabled,
-        "device-plugin": spec.device_plugin.enabled,
-    }
-    return frozenset(name for name, on in switches.items() if on)
+    """The components of the operands ``policy`` enables."""
+    return frozenset(operand.component for operand in OPERANDS if operand.enabled(policy))
 
 
 def label_changes(labels: Mapping[str, str], enabled: Iterable[str]) -> dict[str, str | None]:

@@ -29,6 +29,7 @@ from controllers._kinds import CLUSTER_POLICIES, NODES, PODS
 from controllers._readiness import PENDING
 from controllers._status import PolicyStatus, condition
 from controllers.nodes import DEPLOY_LABELS, LABELLED, enabled_components, is_gpu
+from controllers.operands import OPERANDS
 from controllers.repoconfig import REPO_CONFIG_READY
 from gpuctrl.runtime import (
     Controller,
@@ -42,14 +43,7 @@ from gpuctrl.runtime import (
 __all__ = ["CONDITIONS", "READY", "ready_nodes", "setup", "verdict"]
 
 READY = "Ready"
-CONDITIONS = (
-    LABELLED,
-    REPO_CONFIG_READY,
-    "DriverReady",
-    "ToolkitReady",
-    "ValidatorReady",
-    "DevicePluginReady",
-)
+CONDITIONS = (LABELLED, REPO_CONFIG_READY, *(operand.condition for operand in OPERANDS))
 """The conditions of the other controllers that ``Ready`` aggregates."""
 
 

@@ -1,23 +1,17 @@
 """The toolkit controller (``ToolkitReady``): the toolkit agent, its DaemonSet, the RuntimeClass.
 
-One `controllers._operand.Operand`; the reconcile is the one all operands share.
+One `controllers._operand.Operand` (set up from `controllers.operands`); the reconcile is the
+one all operands share.
 """
 
 from __future__ import annotations
 
-from controllers._operand import Operand, setup_operand
-from controllers._status import PolicyStatus
-from gpuctrl.runtime import Controller, Manager
+from controllers._operand import Operand
 
-__all__ = ["TOOLKIT", "setup"]
+__all__ = ["TOOLKIT"]
 
 TOOLKIT = Operand(
     "toolkit",
     "ToolkitReady",
     enabled=lambda policy: policy.spec.toolkit.enabled,
 )
-
-
-def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
-    """Add the toolkit controller to ``manager``."""
-    return setup_operand(manager, namespace, TOOLKIT, status)

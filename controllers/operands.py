@@ -1,0 +1,15 @@
+"""The operands gpuctrl deploys, one `controllers._operand.Operand` each: the registry the
+manager sets up, the node labeller enables (each ``enabled`` switch) and the policy's ``Ready``
+aggregates (each ``condition``). Adding an operand is its module and one entry here."""
+
+from __future__ import annotations
+
+from controllers._operand import Operand
+from controllers.deviceplugin import DEVICE_PLUGIN
+from controllers.driver import DRIVER
+from controllers.toolkit import TOOLKIT
+from controllers.validator import VALIDATOR
+
+__all__ = ["OPERANDS"]
+
+OPERANDS: tuple[Operand, ...] = (DRIVER, TOOLKIT, VALIDATOR, DEVICE_PLUGIN)
