@@ -11,6 +11,7 @@ import asyncio
 import base64
 import http.client
 import json
+import os
 import ssl
 import threading
 from collections.abc import Iterator
@@ -234,8 +235,11 @@ def poster(server_port: tuple[int, bytes]) -> Iterator[Poster]:
     poster.close()
 
 
+# 1,500 reviews per test keep `make test` in its time budget (5,000 took 24-36 s per test
+# here); GPUCTRL_FUZZ_EXAMPLES=20000 for a deep run.
+FUZZ_EXAMPLES = int(os.environ.get("GPUCTRL_FUZZ_EXAMPLES", "1500"))
 FUZZ = settings(
-    max_examples=5_000,
+    max_examples=FUZZ_EXAMPLES,
     deadline=None,
     suppress_health_check=[
         HealthCheck.too_slow,
