@@ -1,7 +1,9 @@
-"""Project-wide test policy (a run in which no test passed is a failed run) and shared fixtures.
+"""Project-wide test policy and shared fixtures.
 
-pytest already exits 5 when it collects nothing; this also fails a run whose every test was
-skipped, so CI can never go green without executing a test.
+A run in which no test passed is a failed run: pytest already exits 5 when it collects nothing;
+this also fails a run whose every test was skipped, so CI can never go green without executing
+a test. Every test under test/integration and test/e2e is marked `controlplane` by its
+directory, so ``-m "not controlplane"`` selects the unit tier.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from typing import Any
 
 import pytest
 from hypothesis import settings as hypothesis_settings
+
+# gpuctrl.testing's fixtures (control_plane, kube_api, namespace, gpu_nodes): opt-in, as for
+# any project built on gpuctrl.
+pytest_plugins = ["gpuctrl.testing.pytest_plugin"]
 
 # Hypothesis: under CI (CI set) derandomized, so every CI run tries the same examples; local
 # runs keep exploring new ones (and replay failures from the example database).
@@ -39,6 +45,18 @@ class RequireAPass:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(RequireAPass(), "require-a-pass")
+
+
+_CONTROL_PLANE_TIERS = tuple(Path(__file__).parent / tier for tier in ("integration", "e2e"))
+
+
+# tryfirst: the marks must be on before `-m` deselects (pytest's own hook of this name).
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks every test under test/integration and test/e2e `controlplane`."""
+    for item in items:
+        if any(item.path.is_relative_to(tier) for tier in _CONTROL_PLANE_TIERS):
+            item.add_marker(pytest.mark.controlplane)
 
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -7,8 +7,9 @@ whose pods move through a realistic lifecycle (`SimulatedKubelet`, `SimulatedNod
 `SimulatedNode.root`, `SimulatedKubelet.restart_node`), a fake clock, an Istio-like sidecar
 injector (`MeshInjector`), a node folder seeded as a GPU host (`seed_gpu_host`), Secret
 volumes swapped as the kubelet does (`write_secret_volume`),
-`eventually` for polling, and pytest fixtures (`gpuctrl.testing.pytest_plugin`, loaded
-automatically by pytest: `control_plane`, `kube_api`, `namespace`, `gpu_nodes`).
+`eventually` for polling, and pytest fixtures (`gpuctrl.testing.pytest_plugin`, opt-in with
+``pytest_plugins = ["gpuctrl.testing.pytest_plugin"]`` in the top-level ``conftest.py``:
+`control_plane`, `kube_api`, `namespace`, `gpu_nodes`).
 """
 
 from ._behavior import BEHAVIOR_ANNOTATION, BehaviorError, ContainerBehavior

@@ -1,4 +1,5 @@
-"""pytest fixtures for code built on gpuctrl (registered through the ``pytest11`` entry point).
+"""pytest fixtures for code built on gpuctrl; a project opts in with one line in its top-level
+``conftest.py``: ``pytest_plugins = ["gpuctrl.testing.pytest_plugin"]``.
 
 - `control_plane` (session): a `ControlPlane` with controller-manager and scheduler.
 - `kube_api`: an admin `ApiClient`, closed after the test.

@@ -34,7 +34,7 @@ from gpuctrl.testing import (
     simulated_gpu_nodes,
 )
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "test" / "data" / "toolkit" / "containerd"

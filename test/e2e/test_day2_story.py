@@ -40,7 +40,7 @@ from gpuctrl.testing import (
     eventually,
 )
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "test" / "data" / "toolkit" / "containerd"

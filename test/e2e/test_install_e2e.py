@@ -40,7 +40,7 @@ from install_manifests import (
 from gpuctrl.runtime import Client, Resource, new_api_client
 from gpuctrl.testing import ControlPlane, SimulatedKubelet, eventually, simulated_gpu_nodes
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 SAMPLES = CONFIG / "samples"
 ACCOUNTS = ("gpuctrl-manager", "gpuctrl-webhook")

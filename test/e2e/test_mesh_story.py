@@ -59,7 +59,7 @@ from gpuctrl.testing import (
     simulated_gpu_nodes,
 )
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 NAMESPACE = "gpuctrl"
 NAMESPACES = Resource("v1", "Namespace", "namespaces", False)

@@ -48,7 +48,7 @@ from gpuctrl.testing import (
     eventually,
 )
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 NAMESPACE = "gpuctrl"
 DRIVER = "nvidia-driver-ctr"

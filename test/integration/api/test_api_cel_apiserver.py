@@ -19,8 +19,6 @@ from kubernetes_asyncio.client.rest import ApiException
 from api.v1alpha1 import InvalidPolicy, load_cluster_policy, load_pod_policy
 from api.v1alpha1._base import MAX_LIST_ITEMS
 
-pytestmark = pytest.mark.controlplane
-
 
 def _policy(spec: dict[str, Any], kind: str = "ClusterPolicy") -> dict[str, Any]:
     return {

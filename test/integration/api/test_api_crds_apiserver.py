@@ -12,8 +12,6 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from api.v1alpha1 import ClusterPolicy, PodPolicy
 
-pytestmark = pytest.mark.controlplane
-
 SAMPLES = sorted((Path(__file__).parents[3] / "config" / "samples").glob("*.yaml"))
 
 

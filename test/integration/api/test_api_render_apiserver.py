@@ -17,8 +17,6 @@ from kubernetes_asyncio.client.rest import ApiException
 from api.v1alpha1 import InvalidPolicy, load_cluster_policy
 from controllers.render import ClusterFacts, ConfigMapFacts, NodeFacts, render
 
-pytestmark = pytest.mark.controlplane
-
 _OS = "feature.node.kubernetes.io/system-os_release"
 NODES = tuple(
     NodeFacts(

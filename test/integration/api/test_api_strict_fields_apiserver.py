@@ -17,8 +17,6 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from gpuctrl.testing import ControlPlane, default_assets_dir
 
-pytestmark = pytest.mark.controlplane
-
 
 def _policy(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {

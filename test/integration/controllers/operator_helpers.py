@@ -1,11 +1,12 @@
-"""Helpers of the operator's integration tests: a manager in this process, the audit log,
-ClusterPolicy reads and writes."""
+"""Helpers of the operator's integration tests: a manager in this process, its controllers'
+metrics, the audit log, ClusterPolicy reads and writes."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import yaml
 from api.crdgen import crd_files
 from controllers.cli import USER_AGENT
 from controllers.manager import TRANSFORMS, setup_controllers
-from gpuctrl.runtime import Client, Manager, NotFound, Resource, new_api_client
+from gpuctrl.runtime import METRICS_REGISTRY, Client, Manager, NotFound, Resource, new_api_client
 from gpuctrl.testing import eventually
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -62,6 +63,36 @@ async def running_manager(kubeconfig: Path, namespace: str) -> AsyncIterator[Man
     finally:
         stop.set()
         await task
+
+
+def reconciles() -> dict[str, float]:
+    """Reconciles so far (every result) by controller name, in this process."""
+    counts: dict[str, float] = {}
+    for family in METRICS_REGISTRY.collect():
+        for sample in family.samples:
+            if sample.name == "controller_runtime_reconcile_total":
+                name = sample.labels["controller"]
+                counts[name] = counts.get(name, 0.0) + sample.value
+    return counts
+
+
+async def settled(manager: Manager, controllers: Collection[str]) -> None:
+    """Wait until ``controllers`` have no key queued and none being reconciled, then until
+    ``manager`` has sent every Event recorded so far."""
+    gc.collect()  # the queues of a manager stopped earlier count until they are collected
+
+    def idle() -> None:
+        busy = {}
+        sample = METRICS_REGISTRY.get_sample_value
+        for name in controllers:
+            queued = sample("workqueue_depth", {"name": name, "controller": name})
+            running = sample("controller_runtime_active_workers", {"controller": name})
+            if queued != 0 or running != 0:  # None: no such controller
+                busy[name] = (queued, running)
+        assert not busy, f"(queued, reconciling) by controller: {busy}"
+
+    await eventually(idle, within=30)
+    await manager.event_recorder("test").flush()
 
 
 def policy(name: str, spec: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -7,11 +7,7 @@ import asyncio
 import socket
 import sys
 
-import pytest
-
 from gpuctrl.testing import ControlPlane
-
-pytestmark = [pytest.mark.controlplane]
 
 
 def _free_address() -> str:

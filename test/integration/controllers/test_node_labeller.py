@@ -14,8 +14,6 @@ from controllers.nodes import NodeLabeller
 from gpuctrl.runtime import Cache, Client, Conflict, Request, new_api_client
 from gpuctrl.testing import ControlPlane
 
-pytestmark = pytest.mark.controlplane
-
 NFD_GPU = "feature.node.kubernetes.io/pci-10de.present"
 PRESENT = "nvidia.com/gpu.present"
 DRIVER = "nvidia.com/gpu.deploy.driver"

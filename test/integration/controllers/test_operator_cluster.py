@@ -4,6 +4,7 @@ in order on one cluster (mixed OS nodes, one ClusterPolicy) and each leave it co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
@@ -20,12 +21,15 @@ from operator_helpers import (
     conditions,
     daemonsets,
     policy,
+    reconciles,
     running_manager,
+    settled,
     status_of,
 )
 
+from controllers.operands import OPERANDS
 from gpuctrl.runtime import METRICS_REGISTRY as REGISTRY
-from gpuctrl.runtime import Client, Manager, Resource
+from gpuctrl.runtime import Client, Manager, NotFound, Resource
 from gpuctrl.testing import ControlPlane, SimulatedKubelet, eventually, simulated_gpu_nodes
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -43,6 +47,10 @@ GOOD_REPOS = {
     "mirror.list": "deb http://mirror.example.com/ubuntu jammy main\n",
     "mirror.repo": "[mirror]\nname=mirror\nbaseurl=http://mirror.example.com/rhel9\n",
 }
+# The manager's controllers, all but podpolicy-status (no PodPolicy here for it to reconcile).
+CONTROLLERS = {"nodes", "nodes-status", "policy", "repo-config"} | {o.component for o in OPERANDS}
+POKE = "example.com/poke"  # an annotation no controller reads
+SECOND_GPU_LABEL = "feature.node.kubernetes.io/pci-0302_10de.present"
 DEPLOY = {
     f"nvidia.com/gpu.deploy.{operand}": "true"
     for operand in ("driver", "container-toolkit", "operator-validator", "device-plugin")
@@ -145,20 +153,57 @@ async def test_mixed_os_cluster_converges(
             assert not DEPLOY.keys() & node_labels.keys()
 
 
+async def poke_every_controller(client: Client, *, back: bool = False) -> None:
+    """Changes that make each of `CONTROLLERS` reconcile and none of them write (``back``
+    takes them back)."""
+    value = None if back else "true"
+    # A second NFD label of an NVIDIA device on a GPU node: read, and nothing follows.
+    labels = {"metadata": {"labels": {SECOND_GPU_LABEL: value}}}
+    await client.merge_patch(NODES, "gpu-0", labels)  # nodes, nodes-status
+    await client.merge_patch(POLICIES, POLICY, {"metadata": {"annotations": {POKE: value}}})
+    if back:  # a ConfigMap no policy names: the operands, repo-config
+        await client.delete(CONFIG_MAPS, "poke", NAMESPACE)
+    else:
+        poke = {"metadata": {"name": "poke", "namespace": NAMESPACE}, "data": {"poke": "1"}}
+        await client.create(CONFIG_MAPS, poke)
+
+
+async def reconciled_since(before: dict[str, float]) -> set[str]:
+    """Wait until every controller of `CONTROLLERS` has reconciled since ``before`` (from
+    `reconciles`); the controllers that did."""
+
+    def advanced() -> set[str]:
+        now = reconciles()
+        done = {name for name, count in now.items() if count > before.get(name, 0.0)}
+        assert done >= CONTROLLERS, f"not reconciled yet: {sorted(CONTROLLERS - done)}"
+        return done
+
+    return await eventually(advanced, within=60)
+
+
 async def test_no_writes_after_convergence_nor_after_a_restart(
     operator: Running, client: Client, cluster: ControlPlane
 ) -> None:
+    """Every controller reconciles a converged cluster again, after events and after a
+    restart, and none of them writes."""
+    assert operator.manager is not None
     await converged(client)
+    await settled(operator.manager, CONTROLLERS)
     audit = AuditLog(cluster.audit_log)
-    await asyncio.sleep(2)  # the last status events settle
     audit.mark()
-    await asyncio.sleep(30)
+    before = reconciles()
+    await poke_every_controller(client)
+    await reconciled_since(before)
+    await settled(operator.manager, CONTROLLERS)
     assert audit.writes() == []
     await operator.stop()
     audit.mark()
+    before = reconciles()
     await operator.start()
-    await asyncio.sleep(15)
+    assert await reconciled_since(before) == CONTROLLERS  # another one belongs in CONTROLLERS
+    await settled(operator.manager, CONTROLLERS)
     assert audit.writes() == []
+    await poke_every_controller(client, back=True)
     await converged(client)
 
 
@@ -208,6 +253,12 @@ async def test_node_of_a_new_os_gets_its_driver_and_loses_it_when_removed(
         status = await converged(client, "5/5")
         assert "debian12 1/1" in conditions(status)["DriverReady"]["message"]
         assert "gpuctrl-driver-debian12" in await daemonsets(client, NAMESPACE)
+    # The node is gone with its kubelet: its pods are deleted at once, as the pod garbage
+    # collector would after its 40 s quarantine (a later test must not wait on them).
+    for pod in await client.list(PODS, NAMESPACE, field_selector="spec.nodeName=deb-0"):
+        path = PODS.path(NAMESPACE, pod["metadata"]["name"])
+        with contextlib.suppress(NotFound):
+            await client.request("DELETE", path, body={"gracePeriodSeconds": 0})
 
     async def pruned() -> None:
         assert set(await daemonsets(client, NAMESPACE)) == DRIVERS | AGENTS
@@ -269,6 +320,12 @@ async def test_an_invalid_spec_is_reported_and_changes_nothing(
         assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec"), ready
         assert "spec.daemonsets.labels" in ready["message"]
         assert status["state"] == "notReady"
+        # No part reports itself fine for a spec that is not (issue 23).
+        generation = (await client.get(POLICIES, POLICY))["metadata"]["generation"]
+        for name, found in conditions(status).items():
+            if name != "Ready":
+                assert (found["status"], found["reason"]) == ("Unknown", "InvalidSpec"), found
+                assert found["observedGeneration"] == generation, found
         return status
 
     await eventually(reported, within=20)
@@ -448,6 +505,10 @@ async def test_operand_events_are_recorded(operator: Running, client: Client) ->
     assert ("Deleted", "Deleted DaemonSet gpuctrl/gpuctrl-driver-debian12") in messages
     sources = {e["source"]["component"] for e in events}
     assert {"gpuctrl-driver", "gpuctrl-toolkit", "gpuctrl-policy"} <= sources
+    # A DaemonSet the DaemonSet controller has not yet counted is no problem to warn about.
+    warnings = [e["message"] for e in events if e["type"] == "Warning"]
+    parts = [m for m in warnings if not m.startswith("Ready: ")]  # Ready lists every part
+    assert not [m for m in parts if "0/0 nodes ready" in m], parts
 
 
 async def test_the_manager_runs_the_pod_policy_status_controller(

@@ -12,8 +12,6 @@ from controllers.podpolicy import POD_POLICIES, setup
 from gpuctrl.runtime import Client, Manager
 from gpuctrl.testing import ControlPlane, eventually
 
-pytestmark = [pytest.mark.controlplane]
-
 
 def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in (obj.get("status") or {}).get("conditions", [])}

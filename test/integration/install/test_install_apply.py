@@ -40,7 +40,7 @@ from controllers.render._inputs import read_inputs
 from gpuctrl.runtime import Client, Forbidden, new_api_client, set_controller_reference
 from gpuctrl.testing import ControlPlane
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).parents[3]
 SAMPLES = sorted((CONFIG / "samples").glob("clusterpolicy-*.yaml"))

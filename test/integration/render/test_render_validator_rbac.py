@@ -26,8 +26,6 @@ from gpuctrl.cli import main
 from gpuctrl.testing import ControlPlane, SimulatedKubelet
 from gpuctrl.validator import status_path
 
-pytestmark = pytest.mark.controlplane
-
 ROOT = Path(__file__).parents[3]
 SAMPLE = ROOT / "config" / "samples" / "clusterpolicy-minimal.yaml"
 NODES = ROOT / "test" / "data" / "render" / "nodes.yaml"

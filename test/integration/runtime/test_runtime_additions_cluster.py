@@ -25,8 +25,6 @@ from gpuctrl.runtime import (
 )
 from gpuctrl.testing import ControlPlane, eventually
 
-pytestmark = pytest.mark.controlplane
-
 
 async def test_list_items_carry_api_version_and_kind(client: Client, namespace: str) -> None:
     await client.create(CONFIGMAPS, configmap("typed", namespace))

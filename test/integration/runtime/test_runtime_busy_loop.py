@@ -5,12 +5,9 @@ import asyncio
 import time
 
 import aiohttp
-import pytest
 
 from gpuctrl.runtime import LEASES, Client, LeaderElection, Manager, Request, Resource
 from gpuctrl.testing import ControlPlane, eventually
-
-pytestmark = pytest.mark.controlplane
 
 CONFIGMAPS = Resource("v1", "ConfigMap", "configmaps")
 

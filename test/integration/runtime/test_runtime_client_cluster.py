@@ -20,8 +20,6 @@ from gpuctrl.runtime import (
 )
 from gpuctrl.testing import ControlPlane
 
-pytestmark = pytest.mark.controlplane
-
 
 async def test_server_side_apply_conflicts_unless_forced(client: Client, namespace: str) -> None:
     await client.apply(CONFIGMAPS, configmap("ssa", namespace, k="one"), field_manager="first")

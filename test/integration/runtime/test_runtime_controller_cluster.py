@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
-import pytest
 from runtime_helpers import CONFIGMAPS, configmap, get_or_none, running
 
 from gpuctrl.runtime import (
@@ -20,8 +19,6 @@ from gpuctrl.runtime import (
     set_controller_reference,
 )
 from gpuctrl.testing import ControlPlane, eventually
-
-pytestmark = pytest.mark.controlplane
 
 NAMESPACES = Resource("v1", "Namespace", "namespaces", namespaced=False)
 

@@ -5,14 +5,11 @@ stale for the watch's whole 5-10 minutes."""
 import asyncio
 from pathlib import Path
 
-import pytest
 from runtime_helpers import CONFIGMAPS, configmap
 from tcp_proxy import FreezableProxy, through, upstream_of
 
 from gpuctrl.runtime import Client, Manager
 from gpuctrl.testing import ControlPlane, eventually
-
-pytestmark = pytest.mark.controlplane
 
 
 async def test_a_silent_watch_is_dropped_and_the_cache_catches_up(

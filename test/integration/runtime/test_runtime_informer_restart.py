@@ -9,14 +9,11 @@ converge afterwards.
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import pytest
 import pytest_asyncio
 from runtime_helpers import CONFIGMAPS, configmap, get_or_none, running
 
 from gpuctrl.runtime import METRICS_REGISTRY, Client, Manager, Request, new_api_client
 from gpuctrl.testing import ControlPlane, eventually
-
-pytestmark = pytest.mark.controlplane
 
 NS = "faults"
 

@@ -21,7 +21,7 @@ from gpuctrl.runtime import (
 )
 from gpuctrl.testing import ControlPlane, eventually
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 CANDIDATE = Path(__file__).with_name("leader_candidate.py")
 

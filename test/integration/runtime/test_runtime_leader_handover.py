@@ -7,13 +7,10 @@ from contextlib import aclosing
 from typing import Any
 
 import aiohttp
-import pytest
 from runtime_helpers import CONFIGMAPS, configmap
 
 from gpuctrl.runtime import LEASES, Client, LeaderElection, Manager, Request
 from gpuctrl.testing import ControlPlane, eventually
-
-pytestmark = pytest.mark.controlplane
 
 LEASE = "handover"
 

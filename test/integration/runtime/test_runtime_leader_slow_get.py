@@ -7,13 +7,10 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
 from tcp_proxy import FreezableProxy, through, upstream_of
 
 from gpuctrl.runtime import LEASES, Client, LeaderElection, LeaderElector, new_api_client
 from gpuctrl.testing import ControlPlane, FakeClock, eventually
-
-pytestmark = pytest.mark.controlplane
 
 LEASE = "slow-get"
 GET_TAKES = 9.0  # fake seconds: more than lease duration minus renew deadline (15 - 10)

@@ -3,13 +3,10 @@
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from runtime_helpers import CONFIGMAPS, configmap, get_or_none, running
 
 from gpuctrl.runtime import Client, Manager
 from gpuctrl.testing import ControlPlane, eventually
-
-pytestmark = pytest.mark.controlplane
 
 HEADING = "## Write a controller with gpuctrl.runtime"
 

@@ -25,8 +25,6 @@ from gpuctrl.testing import (
 )
 from gpuctrl.testing.envtest import ETCD_VERSION, kubernetes_version
 
-pytestmark = pytest.mark.controlplane
-
 
 def running(pid: int) -> bool:
     """Whether `pid` is a live (not zombie) process."""

@@ -18,8 +18,6 @@ from gpuctrl.testing import (
     eventually,
 )
 
-pytestmark = pytest.mark.controlplane
-
 GPU_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 
 

@@ -18,8 +18,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuctrl.testing import BEHAVIOR_ANNOTATION, ContainerBehavior, SimulatedKubelet, eventually
 
-pytestmark = pytest.mark.controlplane
-
 RUN_FOR_REAL = json.dumps({"main": {"process": True}})
 # The toolkit user story's containerd config: a runc runtime with SystemdCgroup, as written.
 CONTAINERD_CONFIG = """\

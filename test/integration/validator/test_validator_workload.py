@@ -43,8 +43,6 @@ from gpuctrl.validator import (
     workload_selector,
 )
 
-pytestmark = pytest.mark.controlplane
-
 # Short backoff and watches, so that a replacement pod or a re-watch costs little time here.
 QUICK = RetryPolicy(backoff=0.2, watch_seconds=10)
 # A pod whose container is retried (restartPolicy OnFailure), unlike the built-in templates'.

@@ -45,7 +45,7 @@ from webhooks._pki import BUNDLE_KEY, CERT_KEY, KEY_KEY, Lifetimes, next_secret_
 
 MakePolicy = Callable[..., Awaitable[dict[str, Any]]]
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 PODS = Resource("v1", "Pod", "pods")
 SECRETS = Resource("v1", "Secret", "secrets")

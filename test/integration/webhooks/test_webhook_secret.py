@@ -20,7 +20,7 @@ from webhooks._configuration import (
 )
 from webhooks._pki import BUNDLE_KEY, CERT_KEY, KEY_KEY
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 SECRETS = Resource("v1", "Secret", "secrets")
 CLIENT_CONFIG = {"url": "https://127.0.0.1:1/mutate-v1-pod"}
