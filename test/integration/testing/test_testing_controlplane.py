@@ -136,6 +136,8 @@ INNER_TESTS = textwrap.dedent(
 async def run_inner_pytest(tmp_path: Path) -> tuple[int, dict[str, Any]]:
     """Run INNER_TESTS in a pytest of their own; its exit code and what test_fails saw."""
     (tmp_path / "test_inner.py").write_text(INNER_TESTS)
+    # How a project built on gpuctrl opts in to its fixtures (the README's one line).
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["gpuctrl.testing.pytest_plugin"]\n')
     info = tmp_path / "info.json"
     options = [
         "asyncio_mode=auto",
