@@ -78,6 +78,18 @@ def _free_addresses(count: int) -> list[str]:
             sock.close()
 
 
+async def _start_run(env: dict[str, str]) -> asyncio.subprocess.Process:
+    """`hack/run.py` (what `make run` runs) with ``env``, its output on one pipe."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(ROOT / "hack" / "run.py"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=env,
+        start_new_session=True,  # its manager and webhook share the group: killed with it
+    )
+
+
 @asynccontextmanager
 async def running_make_run(
     kubeconfig: Path | None = None, namespace: str | None = None
@@ -91,14 +103,7 @@ async def running_make_run(
         env["GPUCTRL_NAMESPACE"] = namespace
     addresses = _free_addresses(len(ADDRESS_VARIABLES))
     env.update(zip(ADDRESS_VARIABLES, addresses, strict=True))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(ROOT / "hack" / "run.py"),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env=env,
-        start_new_session=True,  # its manager and webhook share the group: killed with it
-    )
+    process = await _start_run(env)
     lines: list[str] = []
 
     async def read() -> None:
@@ -285,14 +290,7 @@ async def test_make_run_stops_with_one_line_when_a_port_is_taken() -> None:
             host, port = env["GPUCTRL_WEBHOOK_METRICS_ADDRESS"].split(":")
             busy.bind((host, int(port)))
             busy.listen()
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                str(ROOT / "hack" / "run.py"),
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+            process = await _start_run(env)
             async with asyncio.timeout(60):
                 output, _ = await process.communicate()
         text = output.decode(errors="replace")
