@@ -194,10 +194,10 @@ class Informer:
 
     def _call(self, handler: EventHandler, method: str, *objs: Mapping[str, Any]) -> bool:
         """Deliver one event to one handler; a failure is logged and retried (module doc)."""
-        key = object_key(objs[-1])
         try:
             getattr(handler, method)(*objs)
         except Exception as error:
+            key = object_key(objs[-1])  # only on failure: this is every event's path
             if id(handler) in self._failed:
                 log.warning("event handler %r failed again on %s: %r", handler, key, error)
             else:
