@@ -51,9 +51,8 @@ def mutate(pod: Mapping[str, Any], policies: Iterable[PodPolicy]) -> Mutation:
     request's object and is not changed. Raises `InvalidPod` on a pod of the wrong shape."""
     _check_shape(pod)
     mutated = _writable(pod)
-    created_with = {
-        kind: dict((pod.get("metadata") or {}).get(kind) or {})
-        for kind in ("labels", "annotations")
+    created_with = {  # the request's own maps: `mutated` is the copy written to
+        kind: (pod.get("metadata") or {}).get(kind) or {} for kind in ("labels", "annotations")
     }
     setters: dict[tuple[str, ...], tuple[str, str]] = {}  # field -> (policy, value) that set it
     warnings: list[str] = []
