@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from api.v1alpha1 import CLUSTER_POLICY, POD_POLICY
 from gpuctrl.runtime import Resource
 
 __all__ = [
@@ -15,13 +16,15 @@ __all__ = [
     "NODES",
     "OWNED",
     "PODS",
+    "POD_POLICIES",
     "ROLES",
     "ROLE_BINDINGS",
     "RUNTIME_CLASSES",
     "SERVICE_ACCOUNTS",
 ]
 
-CLUSTER_POLICIES = Resource("gpuctrl.io/v1alpha1", "ClusterPolicy", "clusterpolicies", False)
+CLUSTER_POLICIES = Resource(*CLUSTER_POLICY)
+POD_POLICIES = Resource(*POD_POLICY)
 NODES = Resource("v1", "Node", "nodes", False)
 NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
 CONFIG_MAPS = Resource("v1", "ConfigMap", "configmaps")

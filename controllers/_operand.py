@@ -4,7 +4,7 @@ plugin, each an `Operand` (its component, condition and what it renders).
 A reconcile reads the honoured ClusterPolicy and the facts from the cache, renders the
 component, applies (server-side, as ``gpuctrl-<component>``, the policy as controller owner)
 each object whose render or managed fields differ from the cache, deletes the component's
-objects no longer rendered that gpuctrl made for the policy (`controllers._cluster.prunable`:
+objects no longer rendered that gpuctrl made for the policy (`controllers._reads.prunable`:
 a user's object with the component's labels is never touched), and writes the component's
 condition. Any event of the policy, a Node's labels, a ConfigMap of the operand namespace, or
 the component's own objects triggers it (a DaemonSet's status carries its pods' readiness);
@@ -22,30 +22,23 @@ from prometheus_client import Gauge
 
 from api.v1alpha1 import ClusterPolicy
 from controllers._apply import needs_apply, with_hash
-from controllers._cluster import (
-    Policy,
+from controllers._honoured import Policy, add_policy_controller, honoured, to_honoured
+from controllers._kinds import CONFIG_MAPS, DAEMON_SETS, NODES, OWNED
+from controllers._readiness import PENDING, DaemonSetReadiness, daemonset_readiness, summary
+from controllers._reads import (
     cached,
     cluster_facts,
-    honoured,
-    informer,
-    informers,
     node_role_changed,
     owned_objects,
-    to_honoured,
+    watches,
 )
-from controllers._kinds import (
-    CLUSTER_POLICIES,
-    CONFIG_MAPS,
-    DAEMON_SETS,
-    NODES,
-    OWNED,
-)
-from controllers._readiness import PENDING, DaemonSetReadiness, daemonset_readiness, summary
 from controllers._status import INVALID_SPEC, PolicyStatus, condition
 from controllers.render import ClusterFacts, MissingConfigMap, RenderError, render_component
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
     ApiError,
+    Cache,
+    Client,
     Conflict,
     Controller,
     Event,
@@ -53,12 +46,11 @@ from gpuctrl.runtime import (
     Request,
     Result,
     TooManyRequests,
-    generation_changed,
     resource_version_changed,
     set_controller_reference,
 )
 
-__all__ = ["Operand", "setup_operand"]
+__all__ = ["Operand", "OperandReconciler", "setup_operand"]
 
 COMPONENT = "app.kubernetes.io/component"
 _READY = Gauge(
@@ -106,34 +98,45 @@ def setup_operand(
 ) -> Controller:
     """Add ``operand``'s controller, with its watches on the shared informers, to ``manager``."""
     cache = manager.cache
-    reconciler = _OperandReconciler(manager, namespace, operand, status)
-    controller = Controller(operand.component, reconciler.reconcile, clock=cache.clock)
     policy = to_honoured(cache)
-    ours = _component_is(operand.component)
-    controller.watch(informer(cache, CLUSTER_POLICIES, namespace), policy, (generation_changed,))
-    controller.watch(informer(cache, NODES, namespace), policy, (node_role_changed,))
-    controller.watch(informer(cache, CONFIG_MAPS, namespace), policy, (resource_version_changed,))
-    for resource in OWNED.values():
-        if resource != CONFIG_MAPS:
-            for watched in informers(cache, resource, namespace):
-                controller.watch(watched, policy, (resource_version_changed, ours))
-    manager.add(controller)
-    return controller
+    changed = (resource_version_changed, _component_is(operand.component))
+    sources = [
+        *watches(cache, NODES, namespace, policy, (node_role_changed,)),
+        *watches(cache, CONFIG_MAPS, namespace, policy, (resource_version_changed,)),
+        *(
+            watch
+            for resource in OWNED.values()
+            if resource != CONFIG_MAPS
+            for watch in watches(cache, resource, namespace, policy, changed)
+        ),
+    ]
+    reconciler = OperandReconciler(cache, manager.client, namespace, operand, status)
+    return add_policy_controller(manager, operand.component, reconciler, namespace, watches=sources)
 
 
-class _OperandReconciler:
+class OperandReconciler:
+    """Reconciles ``operand`` for the honoured ClusterPolicy (see the module docstring),
+    reading the policy and the facts from ``cache``, applying and deleting with ``client``
+    and writing the operand's condition and Events through ``status``."""
+
     def __init__(
-        self, manager: Manager, namespace: str, operand: Operand, status: PolicyStatus
+        self,
+        cache: Cache,
+        client: Client,
+        namespace: str,
+        operand: Operand,
+        status: PolicyStatus,
     ) -> None:
-        self._cache = manager.cache
-        self._client = manager.client
+        self._cache = cache
+        self._client = client
         self._namespace = namespace
         self._operand = operand
         self._status = status
         self._ready = _READY.labels(operand.component)
         self._desired = _DESIRED.labels(operand.component)
 
-    async def reconcile(self, request: Request) -> Result | None:
+    async def __call__(self, request: Request) -> Result | None:
+        """Reconcile the operand for the policy ``request.name`` if it is the honoured one."""
         policy = honoured(self._cache)
         if policy is None or policy.name != request.name:
             return None  # nothing to do, or another policy's turn

@@ -8,8 +8,8 @@ one Event recorder.
 from __future__ import annotations
 
 from controllers import nodes, podpolicy, policy, repoconfig
-from controllers._cluster import TRANSFORMS
 from controllers._operand import setup_operand
+from controllers._reads import TRANSFORMS
 from controllers._status import PolicyStatus
 from controllers.operands import OPERANDS
 from gpuctrl.runtime import Manager, StatusWriter

@@ -18,9 +18,10 @@ from typing import Any
 from prometheus_client import Gauge
 
 from api.v1alpha1 import ClusterPolicy
-from controllers._cluster import cached, honoured, informer, node_states, to_honoured
+from controllers._honoured import add_policy_controller, honoured, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, NODES
 from controllers._labels import DEPLOY_LABELS, DEPLOY_OPERANDS, GPU_PRESENT, NFD_GPU_LABELS
+from controllers._reads import cached, informer_terms, node_states, watches
 from controllers._status import INVALID_SPEC, PolicyStatus, condition
 from controllers.operands import OPERANDS
 from gpuctrl.runtime import (
@@ -29,6 +30,7 @@ from gpuctrl.runtime import (
     Client,
     Controller,
     Manager,
+    Mapper,
     Request,
     Result,
     generation_changed,
@@ -40,6 +42,7 @@ __all__ = [
     "GPU_PRESENT",
     "LABELLED",
     "NodeLabeller",
+    "NodesReporter",
     "enabled_components",
     "is_gpu",
     "label_changes",
@@ -122,27 +125,32 @@ class NodeLabeller:
         return None
 
 
-def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Controller]:
-    """Add the node labeller and its status controller to ``manager``."""
-    cache = manager.cache
-    nodes = informer(cache, NODES, namespace)
-    policies = informer(cache, CLUSTER_POLICIES, namespace)
+class NodesReporter:
+    """The ``nodes-status`` reconciler: writes the honoured policy's ``NodesLabelled`` condition
+    (how many GPU nodes carry their labels) through ``status``, and ``gpuctrl_gpu_nodes``,
+    from the Node states in ``cache``."""
 
-    async def report(request: Request) -> Result | None:
-        policy = honoured(cache)
+    def __init__(self, cache: Cache, namespace: str, status: PolicyStatus) -> None:
+        self._cache = cache
+        self._namespace = namespace
+        self._status = status
+
+    async def __call__(self, request: Request) -> Result | None:
+        """Write the condition of the policy ``request.name`` if it is the honoured one."""
+        policy = honoured(self._cache)
         if policy is None or policy.name != request.name:
             return None
+        generation = policy.obj["metadata"].get("generation")
         if policy.model is None:
-            generation = policy.obj["metadata"].get("generation")
-            await status.write(policy.obj, [condition(LABELLED, None, *INVALID_SPEC, generation)])
+            entry = condition(LABELLED, None, *INVALID_SPEC, generation)
+            await self._status.write(policy.obj, [entry])
             return None
         enabled = enabled_components(policy.model)
         gpus = pending = 0
-        for labels, names in node_states(cache, namespace):  # a few states, not N nodes
+        for labels, names in node_states(self._cache, self._namespace):  # a few states
             gpus += len(names) if is_gpu(labels) else 0
             pending += len(names) if label_changes(labels, enabled) else 0
         _GPU_NODES.set(gpus)
-        generation = policy.obj["metadata"].get("generation")
         if not gpus:
             entry = condition(LABELLED, True, "NoGPUNodes", "no GPU nodes", generation)
         elif pending:
@@ -151,20 +159,39 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Contro
         else:
             text = f"{gpus}/{gpus} GPU nodes labelled"
             entry = condition(LABELLED, True, "Reconciled", text, generation)
-        await status.write(policy.obj, [entry])
+        await self._status.write(policy.obj, [entry])
         return None
 
-    def every_gpu_node(_: Mapping[str, Any]) -> Iterable[Request]:
+
+def _every_gpu_node(cache: Cache, namespace: str) -> Mapper:
+    """A mapper from any object to the request of every Node with a GPU or GPU labels."""
+
+    def mapper(_: Mapping[str, Any]) -> Iterable[Request]:
         states = node_states(cache, namespace)
         return [Request("", n) for labels, names in states if _gpu_related(labels) for n in names]
 
-    label = NodeLabeller(cache, manager.client, namespace)
-    labeller = Controller("nodes", label, clock=cache.clock, max_concurrent_reconciles=8)
-    labeller.watch(nodes, predicates=(labels_changed,))
-    labeller.watch(policies, every_gpu_node, (generation_changed,))
-    reporter = Controller("nodes-status", report, clock=cache.clock)
-    reporter.watch(nodes, to_honoured(cache), (labels_changed,))
-    reporter.watch(policies, to_honoured(cache), (generation_changed,))
-    for controller in (labeller, reporter):
-        manager.add(controller)
+    return mapper
+
+
+def setup(manager: Manager, namespace: str, status: PolicyStatus) -> list[Controller]:
+    """Add the node labeller and its status controller to ``manager``."""
+    cache = manager.cache
+    to_nodes = _every_gpu_node(cache, namespace)
+    labeller = manager.add_controller(
+        "nodes",
+        NodeLabeller(cache, manager.client, namespace),
+        for_=NODES,
+        **informer_terms(NODES),
+        namespace=namespace,
+        predicates=(labels_changed,),
+        watches=watches(cache, CLUSTER_POLICIES, namespace, to_nodes, (generation_changed,)),
+        max_concurrent_reconciles=8,
+    )
+    reporter = add_policy_controller(
+        manager,
+        "nodes-status",
+        NodesReporter(cache, namespace, status),
+        namespace,
+        watches=watches(cache, NODES, namespace, to_honoured(cache), (labels_changed,)),
+    )
     return [labeller, reporter]

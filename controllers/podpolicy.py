@@ -15,11 +15,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from api.v1alpha1 import InvalidPolicy, PodPolicy, load_pod_policy
-from gpuctrl.runtime import Cache, Client, Manager, Request, Resource, kube_time
+from controllers._kinds import POD_POLICIES
+from gpuctrl.runtime import Cache, Client, Manager, Request, kube_time
 
-__all__ = ["POD_POLICIES", "PodPolicyStatusReconciler", "conditions", "setup"]
+__all__ = ["PodPolicyStatusReconciler", "conditions", "setup"]
 
-POD_POLICIES = Resource("gpuctrl.io/v1alpha1", "PodPolicy", "podpolicies", namespaced=False)
 _FIELD_MANAGER = "gpuctrl-podpolicy-status"
 
 

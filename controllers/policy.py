@@ -14,33 +14,30 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from controllers._cluster import (
-    Policy,
-    cached_list,
-    honoured,
-    informer,
+from controllers._honoured import Policy, add_policy_controller, every_policy, honoured, to_honoured
+from controllers._kinds import CLUSTER_POLICIES, DAEMON_SETS, NODES, PODS
+from controllers._readiness import PENDING
+from controllers._reads import (
     node_role_changed,
     node_states,
     ready_components,
     state_nodes,
-    to_honoured,
+    watches,
 )
-from controllers._kinds import CLUSTER_POLICIES, NODES, PODS
-from controllers._readiness import PENDING
 from controllers._status import PolicyStatus, condition
 from controllers.nodes import DEPLOY_LABELS, LABELLED, enabled_components, is_gpu
 from controllers.operands import OPERANDS
 from controllers.repoconfig import REPO_CONFIG_READY
 from gpuctrl.runtime import (
+    Cache,
     Controller,
-    Event,
     Manager,
     Request,
     Result,
     resource_version_changed,
 )
 
-__all__ = ["CONDITIONS", "READY", "ready_nodes", "setup", "verdict"]
+__all__ = ["CONDITIONS", "READY", "PolicyReconciler", "ready_nodes", "setup", "verdict"]
 
 READY = "Ready"
 CONDITIONS = (LABELLED, REPO_CONFIG_READY, *(operand.condition for operand in OPERANDS))
@@ -90,20 +87,24 @@ def verdict(policy: Policy, nodes: str) -> tuple[dict[str, Any], str, bool]:
     return condition(READY, True, reason, text, generation), "ready", False
 
 
-def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
-    """Add the policy controller to ``manager``."""
-    cache = manager.cache
-    policies = informer(cache, CLUSTER_POLICIES, namespace)
-    pods = informer(cache, PODS, namespace)
-    nodes = informer(cache, NODES, namespace)
+class PolicyReconciler:
+    """Writes a ClusterPolicy's ``Ready`` condition, ``state``, ``namespace`` and
+    ``readyNodes`` through ``status``, from the policies, Nodes and operand Pods in ``cache``
+    (see the module docstring)."""
 
-    async def reconcile(request: Request) -> Result | None:
-        obj = cache.get(CLUSTER_POLICIES, request.name)
-        top = honoured(cache)
+    def __init__(self, cache: Cache, namespace: str, status: PolicyStatus) -> None:
+        self._cache = cache
+        self._namespace = namespace
+        self._status = status
+
+    async def __call__(self, request: Request) -> Result | None:
+        """Write the status of the policy ``request.name`` (honoured, ignored or invalid)."""
+        obj = self._cache.get(CLUSTER_POLICIES, request.name)
+        top = honoured(self._cache)
         if obj is None or top is None:
             return None
         generation = obj["metadata"].get("generation")
-        fields: dict[str, Any] = {"namespace": namespace}
+        fields: dict[str, Any] = {"namespace": self._namespace}
         quiet = False
         if top.name != request.name:
             text = f"ClusterPolicy {top.name!r} is honoured (the oldest); this one is ignored"
@@ -115,25 +116,32 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
             fields["state"] = "notReady"
         else:
             components = enabled_components(top.model) & set(DEPLOY_LABELS)
-            every_node = state_nodes(node_states(cache, namespace))
-            running = ready_components(cache, namespace)
+            every_node = state_nodes(node_states(self._cache, self._namespace))
+            running = ready_components(self._cache, self._namespace)
             fields["readyNodes"] = ready_nodes(every_node, running, components)
             entry, fields["state"], quiet = verdict(top, fields["readyNodes"])
-        await status.write(obj, [entry], fields, quiet=quiet)
+        await self._status.write(obj, [entry], fields, quiet=quiet)
         return None
 
-    def deleted(event: Event) -> bool:
-        return event.type == "delete"
 
-    def every_policy(obj: Mapping[str, Any]) -> list[Request]:
-        # A deleted policy may have been the honoured one, which every other names.
-        every = cached_list(cache, CLUSTER_POLICIES, namespace)
-        return [Request("", str(p["metadata"]["name"])) for p in every]
-
-    controller = Controller("policy", reconcile, clock=cache.clock)
-    controller.watch(policies, predicates=(resource_version_changed,))
-    controller.watch(policies, every_policy, (deleted,))
-    controller.watch(pods, to_honoured(cache), (resource_version_changed,))
-    controller.watch(nodes, to_honoured(cache), (node_role_changed,))
-    manager.add(controller)
-    return controller
+def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
+    """Add the policy controller to ``manager``: every write to a policy (its status carries
+    the other controllers' conditions) reconciles it, a delete every policy (the deleted
+    one may have been the honoured one, which every other names), and the operand Pods'
+    and DaemonSets' changes (the ready-node count) the honoured one."""
+    cache = manager.cache
+    policy = to_honoured(cache)
+    sources = [
+        *watches(cache, PODS, namespace, policy, (resource_version_changed,)),
+        *watches(cache, DAEMON_SETS, namespace, policy, (resource_version_changed,)),
+        *watches(cache, NODES, namespace, policy, (node_role_changed,)),
+    ]
+    return add_policy_controller(
+        manager,
+        "policy",
+        PolicyReconciler(cache, namespace, status),
+        namespace,
+        watches=sources,
+        predicates=(resource_version_changed,),
+        on_delete=every_policy(cache, namespace),
+    )

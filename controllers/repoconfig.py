@@ -17,21 +17,22 @@ from datetime import UTC, datetime
 from prometheus_client import Gauge
 
 from api.v1alpha1 import ClusterPolicy
-from controllers._cluster import cluster_facts, honoured, informer, node_role_changed, to_honoured
-from controllers._kinds import CLUSTER_POLICIES, CONFIG_MAPS, NODES
+from controllers._honoured import add_policy_controller, honoured, to_honoured
+from controllers._kinds import CONFIG_MAPS, NODES
+from controllers._reads import cluster_facts, node_role_changed, watches
 from controllers._status import INVALID_SPEC, PolicyStatus, condition
 from controllers.render import ClusterFacts, check_repo_config, next_certificate_change
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
+    Cache,
     Controller,
     Manager,
     Request,
     Result,
-    generation_changed,
     resource_version_changed,
 )
 
-__all__ = ["REPO_CONFIG_READY", "repo_errors", "setup"]
+__all__ = ["REPO_CONFIG_READY", "RepoConfigReconciler", "repo_errors", "setup"]
 
 REPO_CONFIG_READY = "RepoConfigReady"
 _LONGEST_WAIT = 24 * 3600.0  # seconds: a clock that jumps is caught within a day
@@ -49,20 +50,27 @@ def repo_errors(policy: ClusterPolicy, facts: ClusterFacts) -> list[str]:
     return [p.message for p in problems if p.severity == "error"]
 
 
-def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
-    """Add the repo-config controller to ``manager``."""
-    cache = manager.cache
+class RepoConfigReconciler:
+    """Writes the honoured policy's ``RepoConfigReady`` condition (and a Warning Event per
+    problem when the verdict changes) through ``status``, from the policy and facts in
+    ``cache``; asks to run again when a certificate's verdict will change."""
 
-    async def reconcile(request: Request) -> Result | None:
-        policy = honoured(cache)
+    def __init__(self, cache: Cache, namespace: str, status: PolicyStatus) -> None:
+        self._cache = cache
+        self._namespace = namespace
+        self._status = status
+
+    async def __call__(self, request: Request) -> Result | None:
+        """Check the repository configuration of the policy ``request.name`` if honoured."""
+        policy = honoured(self._cache)
         if policy is None or policy.name != request.name:
             return None
         generation = policy.obj["metadata"].get("generation")
         if policy.model is None:
             entry = condition(REPO_CONFIG_READY, None, *INVALID_SPEC, generation)
-            await status.write(policy.obj, [entry])
+            await self._status.write(policy.obj, [entry])
             return None
-        facts = cluster_facts(cache, namespace)
+        facts = cluster_facts(self._cache, self._namespace)
         now = datetime.now(UTC)
         problems = check_repo_config(policy.model, facts, now=now)
         errors = [p.message for p in problems if p.severity == "error"]
@@ -78,19 +86,23 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
         else:
             text = "no problems found"
             entry = condition(REPO_CONFIG_READY, True, "Reconciled", text, generation)
-        if await status.write(policy.obj, [entry], quiet=True):
+        if await self._status.write(policy.obj, [entry], quiet=True):
             for problem in problems:
-                status.event(policy.obj, "Warning", "RepoConfigProblem", str(problem))
+                self._status.event(policy.obj, "Warning", "RepoConfigProblem", str(problem))
         change = next_certificate_change(policy.model, facts, now=now)
         if change is None:
             return None
         # A second late: timers are not exact, and the verdict has changed by then.
         return Result(requeue_after=min((change - now).total_seconds() + 1, _LONGEST_WAIT))
 
-    controller = Controller("repo-config", reconcile, clock=cache.clock)
-    policies = to_honoured(cache)
-    controller.watch(informer(cache, CLUSTER_POLICIES, namespace), policies, (generation_changed,))
-    controller.watch(informer(cache, CONFIG_MAPS, namespace), policies, (resource_version_changed,))
-    controller.watch(informer(cache, NODES, namespace), policies, (node_role_changed,))
-    manager.add(controller)
-    return controller
+
+def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
+    """Add the repo-config controller to ``manager``."""
+    cache = manager.cache
+    policy = to_honoured(cache)
+    sources = [
+        *watches(cache, CONFIG_MAPS, namespace, policy, (resource_version_changed,)),
+        *watches(cache, NODES, namespace, policy, (node_role_changed,)),
+    ]
+    reconciler = RepoConfigReconciler(cache, namespace, status)
+    return add_policy_controller(manager, "repo-config", reconciler, namespace, watches=sources)

@@ -19,7 +19,7 @@ from typing import Any
 from prometheus_client import Counter
 from pydantic import ValidationError
 
-from api.v1alpha1 import InvalidPolicy, PodPolicy, load_pod_policy
+from api.v1alpha1 import POD_POLICY, InvalidPolicy, PodPolicy, load_pod_policy
 from gpuctrl.runtime import METRICS_REGISTRY, Resource, thaw
 from gpuctrl.runtime.webhook import AdmissionRequest, AdmissionResponse, allowed, denied
 from webhooks._mutate import InvalidPod, mutate
@@ -29,7 +29,7 @@ __all__ = ["MUTATE_PATH", "POD_POLICIES", "PodPolicyHandler", "PolicySet"]
 log = logging.getLogger("gpuctrl.webhook")
 
 MUTATE_PATH = "/mutate-v1-pod"
-POD_POLICIES = Resource("gpuctrl.io/v1alpha1", "PodPolicy", "podpolicies", namespaced=False)
+POD_POLICIES = Resource(*POD_POLICY)
 
 MUTATIONS = Counter(
     "gpuctrl_pod_policy_mutations_total",

@@ -17,6 +17,7 @@ from api.v1alpha1._component import Component, Image, image_reference
 from api.v1alpha1._daemonsets import DaemonsetsSpec, OperatorSpec, RollingUpdate
 from api.v1alpha1._deviceplugin import DevicePluginSpec
 from api.v1alpha1._driver import CertConfig, DriverSpec, RepoConfig
+from api.v1alpha1._names import CLUSTER_POLICY, POD_POLICY, KindNames
 from api.v1alpha1._podpolicy import (
     LabelSelector,
     LabelSelectorRequirement,
@@ -58,7 +59,9 @@ from api.v1alpha1._validation import (
 from api.v1alpha1._validator import ValidatorCheck, ValidatorSpec, ValidatorWorkloads
 
 __all__ = [
+    "CLUSTER_POLICY",
     "COMPONENT_LABEL",
+    "POD_POLICY",
     "CertConfig",
     "ClusterPolicy",
     "ClusterPolicySpec",
@@ -74,6 +77,7 @@ __all__ = [
     "EnvVar",
     "Image",
     "InvalidPolicy",
+    "KindNames",
     "LabelSelector",
     "LabelSelectorRequirement",
     "LocalObjectReference",

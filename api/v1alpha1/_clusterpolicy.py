@@ -16,10 +16,7 @@ from api.v1alpha1._status import ClusterPolicyStatus
 from api.v1alpha1._toolkit import ToolkitSpec
 from api.v1alpha1._validator import ValidatorSpec
 
-__all__ = ["GROUP", "VERSION", "ClusterPolicy", "ClusterPolicySpec", "honoured_policy"]
-
-GROUP = "gpuctrl.io"
-VERSION = "v1alpha1"
+__all__ = ["ClusterPolicy", "ClusterPolicySpec", "honoured_policy"]
 
 
 class ClusterPolicySpec(ApiModel):

@@ -76,6 +76,7 @@ class ControllerOptions(TypedDict, total=False):
     namespace: str | None
     label_selector: str | None
     field_selector: str | None
+    metadata_only: bool
     predicates: Sequence[Predicate]
     max_concurrent_reconciles: int
     rate_limiter: RateLimiter | None
@@ -92,6 +93,7 @@ def build_controller(
     namespace: str | None = None,
     label_selector: str | None = None,
     field_selector: str | None = None,
+    metadata_only: bool = False,
     predicates: Sequence[Predicate] = (generation_changed,),
     max_concurrent_reconciles: int = 1,
     rate_limiter: RateLimiter | None = None,
@@ -101,9 +103,9 @@ def build_controller(
     it runs on ``cache.clock``.
 
     ``namespace`` is the default namespace of every watch (cluster-scoped types ignore it);
-    ``label_selector`` and ``field_selector`` apply to the primary type only: read the primary
-    back with ``cache.get(for_, name, namespace, label_selector=...)``. ``rate_limiter`` paces
-    the retries of failed keys (default: `default_controller_rate_limiter`).
+    ``label_selector``, ``field_selector`` and ``metadata_only`` apply to the primary type only:
+    read the primary back with ``cache.get(for_, name, namespace, label_selector=...)``.
+    ``rate_limiter`` paces the retries of failed keys (default: `default_controller_rate_limiter`).
     """
     controller = Controller(
         name,
@@ -114,7 +116,11 @@ def build_controller(
         drain_timeout=drain_timeout,
     )
     primary = cache.informer(
-        for_, namespace=namespace, label_selector=label_selector, field_selector=field_selector
+        for_,
+        namespace=namespace,
+        label_selector=label_selector,
+        field_selector=field_selector,
+        metadata_only=metadata_only,
     )
     controller.watch(primary, request_for_object, predicates)
     to_owner = requests_for_owner(for_.api_version, for_.kind, namespaced=for_.namespaced)

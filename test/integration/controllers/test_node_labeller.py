@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from controllers._cluster import TRANSFORMS, informer
 from controllers._kinds import CLUSTER_POLICIES, NODES
+from controllers._reads import TRANSFORMS, informer
 from controllers.nodes import NodeLabeller
 from gpuctrl.runtime import Cache, Client, Conflict, Request, new_api_client
 from gpuctrl.testing import ControlPlane

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from api.v1alpha1 import load_cluster_policy
-from controllers._cluster import Policy
+from controllers._honoured import Policy
 from controllers.policy import CONDITIONS, verdict
 
 

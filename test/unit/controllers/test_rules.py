@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from api.v1alpha1 import load_cluster_policy
 from controllers._apply import APPLIED_HASH, holds, needs_apply, with_hash
-from controllers._cluster import node_state
 from controllers._readiness import daemonset_readiness, summary
+from controllers._reads import node_state
 from controllers.nodes import DEPLOY_LABELS, is_gpu, label_changes
 from controllers.policy import ready_nodes
 from controllers.render import COMPONENTS, ClusterFacts, NodeFacts, render, render_component

@@ -3,7 +3,9 @@ it installs, built with ``pip wheel .`` and run from a clean venv as the image r
 
 from __future__ import annotations
 
+import fnmatch
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -72,11 +74,57 @@ def test_build_stage_copies_every_package_and_dockerignore_keeps_the_rest_out() 
     assert {".git", ".venv", "test", "**/__pycache__"} <= ignored
 
 
+def _ignored(relative: Path, patterns: list[str]) -> bool:
+    """Whether .dockerignore's ``patterns`` leave ``relative`` out of the build context."""
+    text = relative.as_posix()
+    for pattern in patterns:
+        bare = pattern.removeprefix("**/")
+        if fnmatch.fnmatch(text, pattern) or text == bare or text.startswith(f"{bare}/"):
+            return True
+        if pattern.startswith("**/") and fnmatch.fnmatch(relative.name, bare):
+            return True
+    return False
+
+
+def build_context(target: Path) -> Path:
+    """What the build stage's COPY instructions take from the context .dockerignore leaves."""
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    build, _ = stages()
+    for word, args in build:
+        if word != "COPY":
+            continue
+        *sources, _ = args.split()
+        for source in sources:
+            root = REPO / source
+            for path in [root, *root.rglob("*")] if root.is_dir() else [root]:
+                relative = path.relative_to(REPO)
+                if path.is_file() and not any(
+                    _ignored(Path(*relative.parts[:n]), patterns)
+                    for n in range(1, len(relative.parts) + 1)
+                ):
+                    (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, target / relative)
+    return target
+
+
+def test_the_build_context_leaves_the_testing_kit_out(tmp_path: Path) -> None:
+    context = build_context(tmp_path)
+    assert (context / "gpuctrl" / "runtime" / "__init__.py").is_file()
+    assert (context / "controllers" / "render" / "templates").is_dir()
+    assert not (context / "gpuctrl" / "testing").exists()
+    assert not list(context.rglob("__pycache__"))
+
+
 @pytest.mark.slow
 def test_wheel_builds_and_runs_from_a_clean_venv(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
+    context = build_context(tmp_path / "context")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), context],
         check=True,
         capture_output=True,
     )
@@ -111,3 +159,14 @@ def test_wheel_builds_and_runs_from_a_clean_venv(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert shown.stdout.strip() == "['cuda.yaml', 'plugin.yaml']"
+    # Every command the image runs starts without the testing kit, which is not there.
+    for command in ("manager", "webhook", "toolkit", "validate"):
+        subprocess.run(
+            [clean / "bin" / "gpuctrl", command, "--help"], check=True, capture_output=True
+        )
+    missing = subprocess.run(
+        [clean / "bin" / "python", "-c", "import gpuctrl.testing"],
+        capture_output=True,
+        cwd=tmp_path,
+    )
+    assert missing.returncode != 0

@@ -1,5 +1,5 @@
-"""What the controllers read, all from the manager's shared cache: the honoured ClusterPolicy,
-the facts a render needs, gpuctrl's own objects. One informer per resource and selector, so
+"""What the controllers cache and how they read it: the facts a render needs, gpuctrl's own
+objects, the ClusterPolicies by age. One informer per resource and selector, so
 each is watched once however many controllers read it; Nodes and Pods are cached trimmed to
 the fields read here (`TRANSFORMS`). Nodes are also indexed by their `node_state` (the labels
 the controllers read), so what concerns every Node (`node_states`, `cluster_facts`) costs a
@@ -8,16 +8,14 @@ few distinct states, not thousands of decoded Nodes.
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from api.v1alpha1 import ClusterPolicy, InvalidPolicy, Problem, load_cluster_policy
 from controllers._kinds import (
     CLUSTER_POLICIES,
     CONFIG_MAPS,
+    DAEMON_SETS,
     MANAGED_SELECTOR,
     NODES,
     PODS,
@@ -33,28 +31,29 @@ from gpuctrl.runtime import (
     IndexFunc,
     Informer,
     Mapper,
-    Request,
+    Predicate,
     Resource,
     Transform,
+    Watch,
 )
 
 __all__ = [
     "TRANSFORMS",
-    "Policy",
     "cached",
     "cached_list",
     "cluster_facts",
-    "honoured",
     "informer",
+    "informer_terms",
     "informers",
     "node_role_changed",
     "node_state",
     "node_states",
+    "oldest_policy",
     "owned_objects",
     "prunable",
     "ready_components",
     "state_nodes",
-    "to_honoured",
+    "watches",
 ]
 
 
@@ -204,38 +203,35 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return obj["metadata"].get("labels") or {}
 
 
-@dataclass(frozen=True)
-class Policy:
-    """The honoured ClusterPolicy: its object as cached, and either its parsed model or every
-    problem found by `api.v1alpha1.load_cluster_policy`."""
-
-    obj: dict[str, Any]
-    model: ClusterPolicy | None
-    problems: tuple[Problem, ...] = ()
-
-    @property
-    def name(self) -> str:
-        """The policy's name."""
-        return str(self.obj["metadata"]["name"])
-
-
 def _age(obj: Mapping[str, Any]) -> tuple[bool, str, str]:
     # RFC 3339 timestamps from the apiserver have one fixed format: they sort as text.
     created = obj["metadata"].get("creationTimestamp")
     return (created is None, str(created or ""), str(obj["metadata"]["name"]))
 
 
+_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"  # on a DaemonSet
+_POD_TEMPLATE_GENERATION = "pod-template-generation"  # on its pods, from the DaemonSet's
+
+
 def _ready_on(pod: Mapping[str, Any]) -> tuple[str, ...]:
-    """``node/component`` for a pod whose Ready condition is True, else nothing."""
+    """For a Ready pod of a DaemonSet: its node, component, DaemonSet and template generation
+    (JSON); else nothing."""
     conditions = (pod.get("status") or {}).get("conditions") or ()
     if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
         return ()
-    component = _labels(pod).get("app.kubernetes.io/component", "")
-    return (f"{(pod.get('spec') or {}).get('nodeName')}/{component}",)
+    owners = pod["metadata"].get("ownerReferences") or ()
+    [owner] = [r for r in owners if r.get("controller") is True] or [None]
+    if owner is None or owner.get("kind") != DAEMON_SETS.kind:
+        return ()
+    labels = _labels(pod)
+    node = (pod.get("spec") or {}).get("nodeName")
+    component = labels.get("app.kubernetes.io/component", "")
+    generation = labels.get(_POD_TEMPLATE_GENERATION)
+    return (json.dumps([node, component, owner.get("name"), generation]),)
 
 
 # The indexes `informer` adds, by resource: Nodes by state, ClusterPolicies by `_age`, Pods by
-# the node and component of those Ready.
+# the node, component, DaemonSet and template of those Ready.
 _INDEXES: dict[Resource, tuple[tuple[str, IndexFunc], ...]] = {
     NODES: ((_NODE_STATES, lambda node: (node_state(node),)),),
     CLUSTER_POLICIES: ((_AGES, lambda policy: (json.dumps(_age(policy)),)),),
@@ -244,56 +240,50 @@ _INDEXES: dict[Resource, tuple[tuple[str, IndexFunc], ...]] = {
 
 
 def ready_components(cache: Cache, namespace: str) -> dict[str, set[str]]:
-    """By node name, the components of which a cached Pod there is Ready (none decoded)."""
+    """By node name, the components of which a cached Pod there is Ready and runs its
+    DaemonSet's current template (as the DaemonSet controller judges a pod updated); an old
+    pod still Ready during a roll is not counted. No Pod is decoded, one DaemonSet per set."""
+    current: dict[str, str | None] = {}
     found: dict[str, set[str]] = {}
     for value in informer(cache, PODS, namespace).store.index_values(_READY_ON):
-        node, _, component = value.rpartition("/")
-        found.setdefault(node, set()).add(component)
+        node, component, owner, generation = json.loads(value)
+        if owner not in current:
+            ds = cached(cache, DAEMON_SETS, namespace, owner, namespace)
+            annotations = (ds or {"metadata": {}})["metadata"].get("annotations") or {}
+            current[owner] = annotations.get(_TEMPLATE_GENERATION)
+        if generation is not None and generation == current[owner]:
+            found.setdefault(node, set()).add(component)
     return found
 
 
-def _oldest(cache: Cache) -> str | None:
-    """The name of the oldest cached ClusterPolicy, from the age index (none decoded)."""
+def oldest_policy(cache: Cache) -> str | None:
+    """The name of the oldest cached ClusterPolicy (ties by name), from the age index (none
+    decoded)."""
     store = informer(cache, CLUSTER_POLICIES, "").store
     ages = [json.loads(age) for age in store.index_values(_AGES)]
     return str(min(ages)[2]) if ages else None
 
 
-def honoured(cache: Cache) -> Policy | None:
-    """The oldest ClusterPolicy (ties by name), parsed; None when there is none, and while the
-    oldest is being deleted: nothing is applied for it then (a foreground delete, waiting for
-    the garbage collector to remove what it owns, would otherwise never finish), and the next
-    one is honoured only once it is gone (so two policies never claim one object)."""
-    name = _oldest(cache)
-    obj = None if name is None else cache.get(CLUSTER_POLICIES, name)
-    if obj is None or obj["metadata"].get("deletionTimestamp"):
-        return None
-    spec, problems = _parse(json.dumps(obj.get("spec") or {}, sort_keys=True))
-    return Policy(obj, spec, problems)
+def watches(
+    cache: Cache,
+    resource: Resource,
+    namespace: str,
+    mapper: Mapper,
+    predicates: Sequence[Predicate],
+) -> list[Watch]:
+    """Builder watches mapping ``resource``'s events (passing ``predicates``) through ``mapper``,
+    on the informers of `informers` (their indexes added)."""
+    informers(cache, resource, namespace)  # their indexes, before any event
+    return [
+        Watch(resource, mapper, predicates, namespace=where, **_options(resource))
+        for where in _scopes(resource, namespace)
+    ]
 
 
-@functools.lru_cache(maxsize=8)
-def _parse(spec: str) -> tuple[ClusterPolicy | None, tuple[Problem, ...]]:
-    """The policy of this spec (JSON text) or its problems; remembered, so thousands of node
-    reconciles parse one policy once."""
-    try:
-        return load_cluster_policy({"spec": json.loads(spec)}), ()
-    except InvalidPolicy as error:
-        return None, tuple(error.problems)
-
-
-def to_honoured(cache: Cache) -> Mapper:
-    """A mapper from any object to the honoured ClusterPolicy's request (none without one).
-
-    It reads the policies' store as it is: before that informer synced, nothing is mapped,
-    and the policy's own add event enqueues it once it is listed.
-    """
-
-    def mapper(obj: Mapping[str, Any]) -> Iterable[Request]:
-        name = _oldest(cache)
-        return () if name is None else (Request("", name),)
-
-    return mapper
+def informer_terms(resource: Resource) -> dict[str, Any]:
+    """The selector and form keywords of ``resource``'s informers, as the builder takes them
+    for a controller's primary type."""
+    return _options(resource)
 
 
 def _node_role(obj: Mapping[str, Any]) -> tuple[bool, str | None, str | None]:
