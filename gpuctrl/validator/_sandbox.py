@@ -20,6 +20,7 @@ itself, and they draw on a budget of `MAX_WORK` characters.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -148,7 +149,11 @@ def render(text: str, variables: Mapping[str, str]) -> str:
     Raises whatever the template raises (Jinja2's errors, `TemplateTooLarge`, and Python's
     own, such as `ZeroDivisionError`); the caller turns them into one error with the line.
     """
-    template = _environment().from_string(text)
+    with warnings.catch_warnings():
+        # Python warns of code such as ``0[1:]`` as it compiles, and a warning's report
+        # reads the source line from a file named after the template: not one to open.
+        warnings.simplefilter("ignore", SyntaxWarning)
+        template = _environment().from_string(text)
     size = 0
     parts = []
     for part in template.generate(**variables):

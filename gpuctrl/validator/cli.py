@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuctrl.flags import add_log_format
 from gpuctrl.validator._pod import PodOwner, overrides_problems
 from gpuctrl.validator._smi import SmiResult, driver_command, run_smi, toolkit_command
 from gpuctrl.validator._status import DEFAULT_OUTPUT_DIR, clear_status, write_status
@@ -69,7 +69,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the chosen check: clear its status file, run it, write the file if it passed."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from gpuctrl.runtime import configure_logging  # with the client: not for --help
+
+    configure_logging(json_lines=args.log_format == "json")
     clear_status(args.output_dir, args.check)
     try:
         passed, report = _run_check(args)
@@ -85,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _add_common_arguments(parser: argparse.ArgumentParser, timeout_help: str) -> None:
+    add_log_format(parser)
     parser.add_argument(
         "--output-dir",
         type=Path,
