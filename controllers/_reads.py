@@ -15,7 +15,6 @@ from typing import Any
 from controllers._kinds import (
     CLUSTER_POLICIES,
     CONFIG_MAPS,
-    DAEMON_SETS,
     MANAGED_SELECTOR,
     NODES,
     PODS,
@@ -209,29 +208,17 @@ def _age(obj: Mapping[str, Any]) -> tuple[bool, str, str]:
     return (created is None, str(created or ""), str(obj["metadata"]["name"]))
 
 
-_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"  # on a DaemonSet
-_POD_TEMPLATE_GENERATION = "pod-template-generation"  # on its pods, from the DaemonSet's
-
-
 def _ready_on(pod: Mapping[str, Any]) -> tuple[str, ...]:
-    """For a Ready pod of a DaemonSet: its node, component, DaemonSet and template generation
-    (JSON); else nothing."""
+    """``node/component`` for a pod whose Ready condition is True, else nothing."""
     conditions = (pod.get("status") or {}).get("conditions") or ()
     if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
         return ()
-    owners = pod["metadata"].get("ownerReferences") or ()
-    [owner] = [r for r in owners if r.get("controller") is True] or [None]
-    if owner is None or owner.get("kind") != DAEMON_SETS.kind:
-        return ()
-    labels = _labels(pod)
-    node = (pod.get("spec") or {}).get("nodeName")
-    component = labels.get("app.kubernetes.io/component", "")
-    generation = labels.get(_POD_TEMPLATE_GENERATION)
-    return (json.dumps([node, component, owner.get("name"), generation]),)
+    component = _labels(pod).get("app.kubernetes.io/component", "")
+    return (f"{(pod.get('spec') or {}).get('nodeName')}/{component}",)
 
 
 # The indexes `informer` adds, by resource: Nodes by state, ClusterPolicies by `_age`, Pods by
-# the node, component, DaemonSet and template of those Ready.
+# the node and component of those Ready.
 _INDEXES: dict[Resource, tuple[tuple[str, IndexFunc], ...]] = {
     NODES: ((_NODE_STATES, lambda node: (node_state(node),)),),
     CLUSTER_POLICIES: ((_AGES, lambda policy: (json.dumps(_age(policy)),)),),
@@ -240,19 +227,11 @@ _INDEXES: dict[Resource, tuple[tuple[str, IndexFunc], ...]] = {
 
 
 def ready_components(cache: Cache, namespace: str) -> dict[str, set[str]]:
-    """By node name, the components of which a cached Pod there is Ready and runs its
-    DaemonSet's current template (as the DaemonSet controller judges a pod updated); an old
-    pod still Ready during a roll is not counted. No Pod is decoded, one DaemonSet per set."""
-    current: dict[str, str | None] = {}
+    """By node name, the components of which a cached Pod there is Ready (none decoded)."""
     found: dict[str, set[str]] = {}
     for value in informer(cache, PODS, namespace).store.index_values(_READY_ON):
-        node, component, owner, generation = json.loads(value)
-        if owner not in current:
-            ds = cached(cache, DAEMON_SETS, namespace, owner, namespace)
-            annotations = (ds or {"metadata": {}})["metadata"].get("annotations") or {}
-            current[owner] = annotations.get(_TEMPLATE_GENERATION)
-        if generation is not None and generation == current[owner]:
-            found.setdefault(node, set()).add(component)
+        node, _, component = value.rpartition("/")
+        found.setdefault(node, set()).add(component)
     return found
 
 

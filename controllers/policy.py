@@ -10,14 +10,16 @@ that fails `api.v1alpha1.validate` gets ``InvalidSpec`` listing each problem wit
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from api.v1alpha1 import COMPONENT_LABEL
 from controllers._honoured import Policy, add_policy_controller, every_policy, honoured, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, DAEMON_SETS, NODES, PODS
-from controllers._readiness import PENDING
+from controllers._readiness import PENDING, daemonset_readiness
 from controllers._reads import (
+    cached_list,
     node_role_changed,
     node_states,
     ready_components,
@@ -37,7 +39,15 @@ from gpuctrl.runtime import (
     resource_version_changed,
 )
 
-__all__ = ["CONDITIONS", "READY", "PolicyReconciler", "ready_nodes", "setup", "verdict"]
+__all__ = [
+    "CONDITIONS",
+    "READY",
+    "PolicyReconciler",
+    "current_pods",
+    "ready_nodes",
+    "setup",
+    "verdict",
+]
 
 READY = "Ready"
 CONDITIONS = (LABELLED, REPO_CONFIG_READY, *(operand.condition for operand in OPERANDS))
@@ -48,12 +58,26 @@ def ready_nodes(
     nodes: Sequence[Mapping[str, Any]],
     running: Mapping[str, AbstractSet[str]],
     components: frozenset[str],
+    current: Mapping[str, int],
 ) -> str:
     """``R/N``: of the N GPU nodes, R run a Ready pod of every component in ``components``
-    (``running``: by node name, the components with a Ready pod there)."""
+    (``running``: by node name, the components with a Ready pod there), and never more than
+    ``current`` says run an available pod of a component's current template (during a roll
+    the old pods stay Ready: a node counts once its DaemonSets count it updated)."""
     gpu = {n["metadata"]["name"] for n in nodes if is_gpu(n["metadata"].get("labels") or {})}
     ready = sum(1 for node in gpu if components <= running.get(node, set()))
+    ready = min([ready, *(current.get(component, 0) for component in components)])
     return f"{ready}/{len(gpu)}"
+
+
+def current_pods(daemonsets: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """By component, how many nodes run an available pod of its DaemonSets' current template
+    (the DaemonSet controller's counts; none for a DaemonSet it has not yet observed)."""
+    found: dict[str, int] = {}
+    for ds in daemonsets:
+        component = (ds["metadata"].get("labels") or {}).get(COMPONENT_LABEL, "")
+        found[component] = found.get(component, 0) + daemonset_readiness(ds).ready
+    return found
 
 
 def verdict(policy: Policy, nodes: str) -> tuple[dict[str, Any], str, bool]:
@@ -118,7 +142,9 @@ class PolicyReconciler:
             components = enabled_components(top.model) & set(DEPLOY_LABELS)
             every_node = state_nodes(node_states(self._cache, self._namespace))
             running = ready_components(self._cache, self._namespace)
-            fields["readyNodes"] = ready_nodes(every_node, running, components)
+            daemonsets = cached_list(self._cache, DAEMON_SETS, self._namespace)
+            current = current_pods(daemonsets)
+            fields["readyNodes"] = ready_nodes(every_node, running, components, current)
             entry, fields["state"], quiet = verdict(top, fields["readyNodes"])
         await self._status.write(obj, [entry], fields, quiet=quiet)
         return None

@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 import re
 
-from gpuctrl.runtime import parse_bind_address
-
 __all__ = ["add_log_format", "bind_address", "seconds"]
 
 
@@ -24,6 +22,9 @@ def add_log_format(parser: argparse.ArgumentParser) -> None:
 
 def bind_address(text: str) -> str:
     """``HOST:PORT``, ``:PORT`` or ``[IPv6]:PORT``, as given (`parse_bind_address` reads it)."""
+    # Here, not at the top: the node agents' commands import this module without the client.
+    from gpuctrl.runtime import parse_bind_address
+
     try:
         parse_bind_address(text)
     except ValueError as error:

@@ -13,7 +13,7 @@ The agents' command lines are the contract (``gpuctrl toolkit --help``, ``gpuctr
   it is given a throw-away containerd config inside its own container, restart mode ``none``
   and ``NO_DAEMON``, so it exits after installing and leaves containerd to the agent.
 - validator: one init container per check running ``validate <check> --output-dir
-  /run/gpuctrl/validations`` (driver, toolkit, cuda, plugin), that folder being a hostPath shared
+  /run/nvidia/validations`` (NVIDIA's folder; driver, toolkit, cuda, plugin), a hostPath shared
   by every container of the pod, so each ``<check>-ready`` lands on the host. The toolkit check
   runs nvidia-smi in its own container (``NVIDIA_VISIBLE_DEVICES=all`` under the NVIDIA runtime
   class, which the validator and device-plugin pods use). The cuda and plugin checks get
@@ -83,11 +83,40 @@ _HOST_DRIVER_ROOT = "/"
 # the status folder (the same path on the host and in every container).
 VALIDATOR_HOST_ROOT = "/host"
 VALIDATOR_DRIVER_ROOT = "/run/nvidia/driver"
-VALIDATOR_STATUS_DIR = "/run/gpuctrl/validations"
+VALIDATOR_STATUS_DIR = "/run/nvidia/validations"
 # The validator pod's main container keeps the pod up; on SIGTERM (the pod deleted, a rollout)
 # it removes the status files it is given, as NVIDIA's preStop does, so no operand trusts the
 # checks of a validator that is gone, and exits 0 (a bare sleep as PID 1 ignores SIGTERM).
 _HOLD_SCRIPT = "trap 'rm -f -- \"$@\"; exit 0' TERM; sleep infinity & wait"
+# The toolkit's first init container: the driver check, retried for up to an hour (a driver
+# container builds its modules first) before the init container restarts.
+_DRIVER_VALIDATION_ARGS = [
+    "validate",
+    "driver",
+    "--wait",
+    "--timeout",
+    "3600",
+    "--output-dir",
+    VALIDATOR_STATUS_DIR,
+    "--host-root",
+    VALIDATOR_HOST_ROOT,
+    "--driver-root",
+    VALIDATOR_DRIVER_ROOT,
+]
+# What NVIDIA's operator sets for its device plugin image (assets/state-device-plugin), the
+# device list strategy being the legacy one until CDI is configured.
+_DEVICE_PLUGIN_ENV = tuple(
+    {"name": name, "value": value}
+    for name, value in (
+        ("PASS_DEVICE_SPECS", "true"),
+        ("FAIL_ON_INIT_ERROR", "true"),
+        ("DEVICE_LIST_STRATEGY", "envvar"),
+        ("DEVICE_ID_STRATEGY", "uuid"),
+        ("NVIDIA_VISIBLE_DEVICES", "all"),
+        ("NVIDIA_DRIVER_CAPABILITIES", "all"),
+        ("MPS_ROOT", "/run/nvidia/mps"),
+    )
+)
 _POD_ENV = (
     {"name": "GPUCTRL_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     {"name": "GPUCTRL_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
@@ -119,8 +148,18 @@ def render_toolkit(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str,
         "install_dir": toolkit.install_dir,
         "env": _installer_env(policy),
     }
+    driver_validation = {
+        "args": _DRIVER_VALIDATION_ARGS,
+        "host_root": VALIDATOR_HOST_ROOT,
+        "status_dir": VALIDATOR_STATUS_DIR,
+    }
     return objects + render_template(
-        "toolkit.yaml.j2", ds=ds, args=args, installer=installer, ready_file=TOOLKIT_READY_FILE
+        "toolkit.yaml.j2",
+        ds=ds,
+        args=args,
+        installer=installer,
+        driver_validation=driver_validation,
+        ready_file=TOOLKIT_READY_FILE,
     )
 
 
@@ -299,7 +338,9 @@ def _check_user_templates(policy: ClusterPolicy, facts: ClusterFacts) -> None:
 
 
 def render_device_plugin(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any]]:
-    """NVIDIA's device plugin's account and DaemonSet (nothing when disabled)."""
+    """NVIDIA's device plugin's account and DaemonSet (nothing when disabled): the env NVIDIA's
+    operator gives its image, started once the validator's toolkit check passed (an init
+    container waits for ``toolkit-ready``) with the driver's roots from ``driver-ready``."""
     plugin = policy.spec.device_plugin
     if not plugin.enabled:
         return []
@@ -310,7 +351,14 @@ def render_device_plugin(policy: ClusterPolicy, facts: ClusterFacts) -> list[dic
         plugin,
         "gpuctrl-device-plugin",
         deploy_label="nvidia.com/gpu.deploy.device-plugin",
+        image_env=_DEVICE_PLUGIN_ENV,
     )
     objects = account_objects(policy, facts, "device-plugin", _DEVICE_PLUGIN_PERMISSIONS)
-    runtime_class = policy.spec.operator.runtime_class
-    return objects + render_template("device-plugin.yaml.j2", ds=ds, runtime_class=runtime_class)
+    return objects + render_template(
+        "device-plugin.yaml.j2",
+        ds=ds,
+        runtime_class=policy.spec.operator.runtime_class,
+        gate_image=image_reference(policy.spec.validator),
+        status_dir=VALIDATOR_STATUS_DIR,
+        host_root=VALIDATOR_HOST_ROOT,
+    )

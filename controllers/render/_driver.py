@@ -41,6 +41,19 @@ __all__ = [
 
 COMPONENT = "driver"
 CONFIG_HASH = "gpuctrl.io/config-hash"
+# The driver container's startup probe (a shell script, as NVIDIA's): the module is loaded and
+# nvidia-smi answers; then the driver container's ready mark is written whole (renamed into
+# place), holding the optional components' switches as NVIDIA's validator reads them (YAML).
+STARTUP_PROBE = (
+    "set -eu; mkdir -p /run/nvidia/validations; "
+    'test -f /sys/module/nvidia/refcnt || { echo "the NVIDIA kernel module is not loaded"; '
+    "exit 1; }; nvidia-smi; "
+    'printf "GDRCOPY_ENABLED: %s\\nGDS_ENABLED: %s\\nGPU_DIRECT_RDMA_ENABLED: %s\\n" '
+    '"${GDRCOPY_ENABLED:-false}" "${GDS_ENABLED:-false}" "${GPU_DIRECT_RDMA_ENABLED:-false}" '
+    "> /run/nvidia/validations/.driver-ctr-ready.tmp; "
+    "mv /run/nvidia/validations/.driver-ctr-ready.tmp /run/nvidia/validations/.driver-ctr-ready"
+)
+_DRIVER_ENV = ({"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},)
 _PERMISSIONS = Permissions(
     cluster_rules=({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},)
 )
@@ -123,10 +136,13 @@ def _daemonset(
         _daemonset_name(os),
         deploy_label="nvidia.com/gpu.deploy.driver",
         node_selector={OS_ID_LABEL: os.id, OS_VERSION_LABEL: os.version_id},
+        image_env=_DRIVER_ENV,
         pod_annotations={CONFIG_HASH: _content_hash(hashed)} if hashed else None,
         image=image_reference(driver, f"-{os.tag}"),
     )
-    return render_template("driver.yaml.j2", ds=ds, mounts=mounts, volumes=volumes)
+    return render_template(
+        "driver.yaml.j2", ds=ds, mounts=mounts, volumes=volumes, startup_probe=STARTUP_PROBE
+    )
 
 
 def _family(os: OsRelease, path: str) -> OsFamily:

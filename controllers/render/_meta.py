@@ -93,11 +93,13 @@ def daemonset_context(
     node_selector: Mapping[str, str] | None = None,
     pod_annotations: Mapping[str, str] | None = None,
     image: str | None = None,
+    image_env: tuple[dict[str, Any], ...] = (),
 ) -> DaemonSetContext:
     """The context of operand DaemonSet ``name`` for ``component`` configured by ``spec``.
 
     Pods select nodes labelled ``deploy_label=true`` (NVIDIA's labels) plus the policy's
-    ``daemonsets.nodeSelector`` and ``node_selector``; ``image`` overrides ``spec``'s image.
+    ``daemonsets.nodeSelector`` and ``node_selector``; ``image`` overrides ``spec``'s image;
+    ``image_env`` is what the image needs in its env (the user's ``env`` overrides it).
     """
     daemonsets = policy.spec.daemonsets
     selector = {SELECTOR: name}
@@ -126,6 +128,6 @@ def daemonset_context(
         image=image or image_reference(spec),
         image_pull_policy=spec.image_pull_policy,
         args=list(spec.args),
-        env=env(spec.env),
+        env=env(spec.env, *image_env),
         resources=wire(spec.resources) if spec.resources else None,
     )

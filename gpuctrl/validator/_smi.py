@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SmiResult", "driver_command", "run_smi", "toolkit_command"]
+__all__ = ["SmiResult", "driver_command", "driver_ready_env", "run_smi", "toolkit_command"]
 
 _SMI = "nvidia-smi"
 # Where a driver root keeps nvidia-smi; the first one present marks the root as installed.
@@ -37,14 +37,41 @@ class SmiResult:
         return f"ran: {' '.join(self.argv)}\n{outcome}\n{self.output.rstrip()}".rstrip()
 
 
+def _installed_root(host_root: Path, driver_root: Path) -> Path:
+    """``driver_root`` if a driver container installed a driver there, else ``host_root``."""
+    has_driver = any((driver_root / path).is_file() for path in _SMI_PATHS)
+    return driver_root if has_driver else host_root
+
+
 def driver_command(host_root: Path, driver_root: Path) -> tuple[str, ...]:
     """The command of the driver check: nvidia-smi in ``driver_root`` if a driver container
     installed it there, else in ``host_root``. Decided afresh on each call (a driver may appear)."""
-    has_driver = any((driver_root / path).is_file() for path in _SMI_PATHS)
-    root = driver_root if has_driver else host_root
+    root = _installed_root(host_root, driver_root)
     if root.resolve() == Path("/"):
         return (_SMI,)
     return ("chroot", str(root), _SMI)
+
+
+def driver_ready_env(host_root: Path, driver_root: Path) -> str:
+    """The ``driver-ready`` file as NVIDIA's validator writes it and NVIDIA's images source it
+    (``KEY=value`` lines): whether the driver is the host's, and where its root and its device
+    nodes are, on the host (``NVIDIA_DRIVER_ROOT``, ``NVIDIA_DEV_ROOT``) and in a container
+    that mounts the host's root at ``host_root`` and a driver container's root at its host
+    path ``driver_root`` (``DRIVER_ROOT_CTR_PATH``, ``DEV_ROOT_CTR_PATH``)."""
+    host = _installed_root(host_root, driver_root) == host_root
+    if host:
+        root = dev = ("/", str(host_root))
+    else:
+        root = (str(driver_root), str(driver_root))
+        dev = root if (driver_root / "dev").is_dir() else ("/", str(host_root))
+    values = {
+        "IS_HOST_DRIVER": "true" if host else "false",
+        "NVIDIA_DRIVER_ROOT": root[0],
+        "DRIVER_ROOT_CTR_PATH": root[1],
+        "NVIDIA_DEV_ROOT": dev[0],
+        "DEV_ROOT_CTR_PATH": dev[1],
+    }
+    return "".join(f"{key}={value}\n" for key, value in values.items())
 
 
 def toolkit_command() -> tuple[str, ...]:

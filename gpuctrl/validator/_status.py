@@ -1,7 +1,8 @@
 """Status files: ``<output-dir>/<check>-ready`` exists only while a check's last run passed.
 
 Other operands wait for these files, so a reader must never see a half-written one: the file
-is written under a temporary name and renamed into place.
+is written under a temporary name and renamed into place. The folder is NVIDIA's
+(``/run/nvidia/validations``), where NVIDIA's images and scripts look for them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 __all__ = ["DEFAULT_OUTPUT_DIR", "clear_status", "status_path", "write_status"]
 
-DEFAULT_OUTPUT_DIR = Path("/run/gpuctrl/validations")
+DEFAULT_OUTPUT_DIR = Path("/run/nvidia/validations")
 
 
 def status_path(output_dir: Path, check: str) -> Path:

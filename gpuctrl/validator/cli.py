@@ -1,7 +1,9 @@
 """``gpuctrl validate driver|toolkit|cuda|plugin``: one check, its status file, its exit code.
 
 Exit codes: 0 the check passed (``<output-dir>/<check>-ready`` written), 1 it failed, 2 the
-input is invalid (a broken template or overrides file, a missing ConfigMap key, ...).
+input is invalid (a broken template or overrides file, a missing ConfigMap key, ...). The
+driver check's file is the env NVIDIA's images source (`driver_ready_env`); the others hold
+the check's report.
 
 In the validator DaemonSet each check is an init container. For the cuda and plugin checks
 the agent learns its own pod from the downward API through two environment variables, both
@@ -20,7 +22,13 @@ from typing import TYPE_CHECKING
 
 from gpuctrl.flags import add_log_format
 from gpuctrl.validator._pod import PodOwner, overrides_problems
-from gpuctrl.validator._smi import SmiResult, driver_command, run_smi, toolkit_command
+from gpuctrl.validator._smi import (
+    SmiResult,
+    driver_command,
+    driver_ready_env,
+    run_smi,
+    toolkit_command,
+)
 from gpuctrl.validator._status import DEFAULT_OUTPUT_DIR, clear_status, write_status
 
 if TYPE_CHECKING:
@@ -69,9 +77,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the chosen check: clear its status file, run it, write the file if it passed."""
-    from gpuctrl.runtime import configure_logging  # with the client: not for --help
-
-    configure_logging(json_lines=args.log_format == "json")
     clear_status(args.output_dir, args.check)
     try:
         passed, report = _run_check(args)
@@ -81,13 +86,18 @@ def run(args: argparse.Namespace) -> int:
     if not passed:
         print(f"{args.check} validation failed:\n{report}", file=sys.stderr)
         return _FAILED
-    write_status(args.output_dir, args.check, f"{report}\n")
+    if args.check == "driver":  # NVIDIA's images source it: their env, not a report
+        content = driver_ready_env(args.host_root, args.driver_root)
+    else:
+        content = f"{report}\n"
+    write_status(args.output_dir, args.check, content)
+    if args.check == "driver":
+        print(report)
     print(f"{args.check} validation passed")
     return _PASSED
 
 
 def _add_common_arguments(parser: argparse.ArgumentParser, timeout_help: str) -> None:
-    add_log_format(parser)
     parser.add_argument(
         "--output-dir",
         type=Path,
@@ -113,6 +123,7 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     _add_common_arguments(
         parser, "give up after this long (default: the overrides' timeoutSeconds, else 300)"
     )
+    add_log_format(parser)  # the workload checks log their pods' progress
     parser.add_argument("--node", required=True, help="the node to validate")
     parser.add_argument("--namespace", required=True, help="namespace of the pods and ConfigMap")
     parser.add_argument("--kubeconfig", type=Path, help="use this kubeconfig, not in-cluster")
@@ -177,12 +188,13 @@ async def _run_workload(args: argparse.Namespace) -> tuple[bool, str]:
     # Imported here: the driver and toolkit checks never need the Kubernetes client.
     import aiohttp
 
-    from gpuctrl.runtime import ApiError
+    from gpuctrl.runtime import ApiError, configure_logging
     from gpuctrl.validator._pod import InvalidOverrides
     from gpuctrl.validator._template import TemplateError
     from gpuctrl.validator._verdict import Passed
     from gpuctrl.validator._workload import WorkloadCheck, run_workload_check
 
+    configure_logging(json_lines=args.log_format == "json")
     overrides, where = _load_overrides(args.overrides_file, args.overrides)
     check = WorkloadCheck(
         check=args.check,

@@ -187,10 +187,7 @@ async def test_a_terminating_oldest_policy_is_not_acted_on_nor_replaced(cache: C
     assert found.name == "new"
 
 
-def pod(
-    name: str, node: str, component: str, ready: str, generation: str = "1", rv: str = "1"
-) -> Any:
-    owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": component, "controller": True}
+def pod(name: str, node: str, component: str, ready: str, rv: str = "1") -> Any:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -198,32 +195,14 @@ def pod(
             "name": name,
             "namespace": "gpuctrl",
             "resourceVersion": rv,
-            "labels": {
-                "app.kubernetes.io/component": component,
-                "pod-template-generation": generation,
-            },
-            "ownerReferences": [owner],
+            "labels": {"app.kubernetes.io/component": component},
         },
         "spec": {"nodeName": node},
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": ready}]},
     }
 
 
-def daemonset(name: str, generation: str, rv: str = "1") -> dict[str, Any]:
-    meta = {
-        "name": name,
-        "namespace": "gpuctrl",
-        "resourceVersion": rv,
-        "labels": {"app.kubernetes.io/managed-by": "gpuctrl"},
-        "annotations": {"deprecated.daemonset.template.generation": generation},
-    }
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta}
-
-
 async def test_ready_pods_are_found_by_node_and_component_without_decoding(cache: Cache) -> None:
-    informer(cache, DAEMON_SETS, "gpuctrl").replace(
-        [daemonset("driver", "1"), daemonset("toolkit", "1")]
-    )
     pods = informer(cache, PODS, "gpuctrl")
     pods.replace(
         [
@@ -237,46 +216,6 @@ async def test_ready_pods_are_found_by_node_and_component_without_decoding(cache
     pods.apply("MODIFIED", pod("d-b", "b", "driver", "True", rv="2"))
     pods.apply("DELETED", pod("t-a", "a", "toolkit", "True"))
     assert ready_components(cache, "gpuctrl") == {"a": {"driver"}, "b": {"driver", "toolkit"}}
-
-
-async def test_a_ready_pod_of_an_older_template_is_not_counted(cache: Cache) -> None:
-    """During a roll the old pods stay Ready: only those of the DaemonSet's current template
-    count, as the DaemonSet controller counts a pod updated."""
-    sets = informer(cache, DAEMON_SETS, "gpuctrl")
-    sets.replace([daemonset("driver", "1")])
-    pods = informer(cache, PODS, "gpuctrl")
-    pods.replace([pod("d-a", "a", "driver", "True"), pod("d-b", "b", "driver", "True")])
-    assert ready_components(cache, "gpuctrl") == {"a": {"driver"}, "b": {"driver"}}
-    sets.apply("MODIFIED", daemonset("driver", "2", rv="2"))
-    assert ready_components(cache, "gpuctrl") == {}
-    pods.apply("MODIFIED", pod("d-b", "b", "driver", "True", generation="2", rv="2"))
-    assert ready_components(cache, "gpuctrl") == {"b": {"driver"}}
-
-
-@pytest.mark.parametrize(
-    "owners",
-    [
-        pytest.param([], id="no-owner"),
-        pytest.param(
-            [{"apiVersion": "v1", "kind": "Node", "name": "a", "controller": True}], id="a-node"
-        ),
-        pytest.param(
-            [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "driver"}], id="not-controller"
-        ),
-        pytest.param(
-            [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "gone", "controller": True}],
-            id="unknown-daemonset",
-        ),
-    ],
-)
-async def test_a_ready_pod_no_cached_daemonset_controls_is_not_counted(
-    cache: Cache, owners: list[dict[str, Any]]
-) -> None:
-    informer(cache, DAEMON_SETS, "gpuctrl").replace([daemonset("driver", "1")])
-    stray = pod("d-a", "a", "driver", "True")
-    stray["metadata"]["ownerReferences"] = owners
-    informer(cache, PODS, "gpuctrl").replace([stray])
-    assert ready_components(cache, "gpuctrl") == {}
 
 
 async def test_namespaced_objects_are_watched_in_the_operand_namespace_and_roles_in_default(

@@ -184,11 +184,16 @@ def test_ready_nodes_needs_every_enabled_component_on_a_gpu_node() -> None:
         {"metadata": {"name": "cpu", "labels": {}}}
     ]
     running = {"a": {"driver", "toolkit"}, "b": {"toolkit"}, "cpu": {"driver"}}
-    assert ready_nodes(nodes, running, frozenset({"driver"})) == "1/2"
-    assert ready_nodes(nodes, running, frozenset({"driver", "toolkit"})) == "1/2"
-    assert ready_nodes(nodes, running, frozenset({"toolkit"})) == "2/2"
-    assert ready_nodes(nodes, running, frozenset()) == "2/2"
-    assert ready_nodes(nodes, {}, frozenset({"driver"})) == "0/2"
+    every = {"driver": 2, "toolkit": 2}
+    assert ready_nodes(nodes, running, frozenset({"driver"}), every) == "1/2"
+    assert ready_nodes(nodes, running, frozenset({"driver", "toolkit"}), every) == "1/2"
+    assert ready_nodes(nodes, running, frozenset({"toolkit"}), every) == "2/2"
+    assert ready_nodes(nodes, running, frozenset(), every) == "2/2"
+    assert ready_nodes(nodes, {}, frozenset({"driver"}), every) == "0/2"
+    # During a roll the old pods stay Ready: no more nodes than the DaemonSets count updated.
+    rolling = {"driver": 2, "toolkit": 1}
+    assert ready_nodes(nodes, running, frozenset({"toolkit"}), rolling) == "1/2"
+    assert ready_nodes(nodes, running, frozenset({"toolkit"}), {}) == "0/2"
 
 
 def test_components_partition_the_render() -> None:

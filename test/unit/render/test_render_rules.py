@@ -464,7 +464,7 @@ def test_toolkit_init_container_runs_nvidias_installer_from_the_policys_runtime_
         toolkit={"runtimeImage": runtime, "installDir": "/opt/nvidia", "imagePullSecrets": ["s"]}
     )
     pod = _pod(render(policy, _facts()), "gpuctrl-toolkit")["spec"]
-    [installer] = pod["initContainers"]
+    [installer] = [c for c in pod["initContainers"] if c["name"] == "runtime-install"]
     assert installer["image"] == "mirror.example.com/nvidia/container-toolkit:v1.17.8-ubi8"
     assert installer["command"] == ["sh", "-c"]
     [script] = installer["args"]
@@ -491,7 +491,7 @@ def test_toolkit_init_container_runs_nvidias_installer_from_the_policys_runtime_
 
 def test_toolkit_config_names_the_hosts_root_as_driver_root_without_a_driver_container() -> None:
     pod = _pod(render(_policy(driver={"enabled": False}), _facts()), "gpuctrl-toolkit")["spec"]
-    [installer] = pod["initContainers"]
+    [installer] = [c for c in pod["initContainers"] if c["name"] == "runtime-install"]
     assert _env(installer)["NVIDIA_DRIVER_ROOT"] == "/"
 
 

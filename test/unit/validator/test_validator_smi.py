@@ -13,6 +13,7 @@ import pytest
 
 from gpuctrl.cli import main
 from gpuctrl.validator import driver_command, status_path
+from gpuctrl.validator._smi import driver_ready_env
 
 GOOD_SMI = "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-1234)'\n"
 BROKEN_SMI = (
@@ -155,10 +156,15 @@ def test_driver_runs_nvidia_smi_inside_the_host_root(
          "--output-dir", str(tmp_path / "out")]
     )  # fmt: skip
 
-    assert code == 0, capsys.readouterr().err
-    report = status_path(tmp_path / "out", "driver").read_text()
-    assert report.startswith(f"ran: chroot {host} nvidia-smi\npassed\n")
-    assert "driver answers from the host root" in report
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert out.out.startswith(f"ran: chroot {host} nvidia-smi\npassed\n")
+    assert "driver answers from the host root" in out.out
+    # The status file is the env NVIDIA's images source: the host's driver, seen at --host-root.
+    assert status_path(tmp_path / "out", "driver").read_text() == (
+        f"IS_HOST_DRIVER=true\nNVIDIA_DRIVER_ROOT=/\nDRIVER_ROOT_CTR_PATH={host}\n"
+        f"NVIDIA_DEV_ROOT=/\nDEV_ROOT_CTR_PATH={host}\n"
+    )
 
 
 def test_the_smi_checks_never_load_the_kubernetes_client() -> None:
@@ -169,3 +175,58 @@ def test_the_smi_checks_never_load_the_kubernetes_client() -> None:
     )
 
     assert result.stdout == "False\n"
+
+
+def _sourced(text: str) -> dict[str, str]:
+    """The variables a shell gets from ``set -a; . driver-ready`` (as NVIDIA's entrypoints)."""
+    done = subprocess.run(
+        ["sh", "-c", 'set -a; . "$0"; env -0', "/dev/stdin"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={},
+    )
+    pairs = (entry.partition("=") for entry in done.stdout.split("\0") if entry)
+    return {key: value for key, _, value in pairs if key.isupper() and key != "PWD"}
+
+
+@pytest.mark.parametrize(
+    ("installed", "dev_in_driver_root", "expected"),
+    [
+        pytest.param(
+            False,
+            False,
+            {"IS_HOST_DRIVER": "true", "NVIDIA_DRIVER_ROOT": "/", "DRIVER_ROOT_CTR_PATH": "HOST",
+             "NVIDIA_DEV_ROOT": "/", "DEV_ROOT_CTR_PATH": "HOST"},
+            id="host-driver",
+        ),
+        pytest.param(
+            True,
+            False,
+            {"IS_HOST_DRIVER": "false", "NVIDIA_DRIVER_ROOT": "DRIVER",
+             "DRIVER_ROOT_CTR_PATH": "DRIVER", "NVIDIA_DEV_ROOT": "/", "DEV_ROOT_CTR_PATH": "HOST"},
+            id="driver-container",
+        ),
+        pytest.param(
+            True,
+            True,
+            {"IS_HOST_DRIVER": "false", "NVIDIA_DRIVER_ROOT": "DRIVER",
+             "DRIVER_ROOT_CTR_PATH": "DRIVER", "NVIDIA_DEV_ROOT": "DRIVER",
+             "DEV_ROOT_CTR_PATH": "DRIVER"},
+            id="driver-container-with-its-dev",
+        ),
+    ],
+)  # fmt: skip
+def test_driver_ready_is_the_env_nvidias_images_source(
+    tmp_path: Path, installed: bool, dev_in_driver_root: bool, expected: dict[str, str]
+) -> None:
+    host, driver = tmp_path / "host", tmp_path / "run" / "nvidia" / "driver"
+    driver.mkdir(parents=True)
+    if installed:
+        _install(driver / "usr" / "bin", "#!/bin/sh\n")
+    if dev_in_driver_root:
+        (driver / "dev").mkdir()
+    names = {"HOST": str(host), "DRIVER": str(driver)}
+    wanted = {key: names.get(value, value) for key, value in expected.items()}
+    assert _sourced(driver_ready_env(host, driver)) == wanted
