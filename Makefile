@@ -57,7 +57,7 @@ integration: $(STAMP) test-deps ## the integration tests (a real apiserver)
 e2e: $(STAMP) test-deps ## the whole-stack stories
 	$(BIN)/python -m pytest -q test/e2e
 
-bench: $(STAMP) test-deps ## the benchmarks (figures in the README)
+bench: $(STAMP) test-deps ## the benchmarks (figures in docs/benchmarks.md)
 	for bench in test/bench/bench_*.py; do $(BIN)/python $$bench || exit 1; done
 
 manifests: $(STAMP) ## regenerate the CRDs and the chart's generated files from the API models

@@ -6,9 +6,11 @@ seeded as a GPU host (`seed_gpu_host`: containerd's config, a fake nvidia-smi) w
 toolkit and validator agents run for real (bubblewrap), an Istio-like sidecar injector
 (`MeshInjector`) on the operands' namespace, the minimal sample ClusterPolicy (the toolkit told
 not to restart containerd: none runs there) and the Istio PodPolicy sample; once the policy is
-ready it prints what happened on each node and three commands to try. In both cases it
-installs the CRDs, starts
-``gpuctrl webhook`` (managed certificates, configuration on its loopback URL
+ready it prints what happened on each node and three things to try. For a second shell it
+links `.run/kubeconfig`, `.run/nodes` (the nodes' folders) and `.run/bin/kubectl` (the control
+plane's kubectl) in the repository to this run's, unless another running `make run` holds them
+(then it names its own files instead); the links go when it stops. In both cases it installs
+the CRDs, starts ``gpuctrl webhook`` (managed certificates, configuration on its loopback URL
 $GPUCTRL_WEBHOOK_ADDRESS, default 127.0.0.1:9443; metrics and probes on
 $GPUCTRL_WEBHOOK_METRICS_ADDRESS and $GPUCTRL_WEBHOOK_PROBE_ADDRESS, default :8090 and :8091)
 and runs ``gpuctrl manager`` (metrics on $GPUCTRL_METRICS_ADDRESS, default 127.0.0.1:8080;
@@ -29,6 +31,7 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ import aiohttp
 import yaml
 
 from api.crdgen import crd_files
+from controllers._kinds import CLUSTER_POLICIES as POLICIES
 from gpuctrl.runtime import Client, Resource, new_api_client
 from gpuctrl.testing import (
     ContainerBehavior,
@@ -45,6 +49,7 @@ from gpuctrl.testing import (
     seed_gpu_host,
     simulated_gpu_nodes,
 )
+from gpuctrl.validator import DEFAULT_OUTPUT_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELD_MANAGER = "gpuctrl"
@@ -55,12 +60,15 @@ PROBES = os.environ.get("GPUCTRL_PROBE_ADDRESS", "127.0.0.1:8081")
 WEBHOOK = os.environ.get("GPUCTRL_WEBHOOK_ADDRESS", "127.0.0.1:9443")
 WEBHOOK_METRICS = os.environ.get("GPUCTRL_WEBHOOK_METRICS_ADDRESS", "127.0.0.1:8090")
 WEBHOOK_PROBES = os.environ.get("GPUCTRL_WEBHOOK_PROBE_ADDRESS", "127.0.0.1:8091")
-POLICIES = Resource("gpuctrl.io/v1alpha1", "ClusterPolicy", "clusterpolicies", False)
 PODS = Resource("v1", "Pod", "pods")
 CONTAINERD_CONFIG = "etc/containerd/config.toml"
 # No containerd runs on a simulated node to be told to reload: the agent only edits the file.
 LOCAL_POLICY = {"toolkit": {"containerd": {"restartMode": "none", "dropInMode": "never"}}}
-VALIDATIONS = "run/gpuctrl/validations"
+VALIDATIONS = str(DEFAULT_OUTPUT_DIR).lstrip("/")  # where the validator writes <check>-ready
+# What a second shell reads of a local run (see `_second_shell`); README.md's quick start
+# names these paths.
+RUN_FILES = ROOT / ".run"
+SECOND_SHELL = "export KUBECONFIG=$PWD/.run/kubeconfig PATH=$PWD/.run/bin:$PATH"
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -122,6 +130,7 @@ async def _start(
 async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
     async with AsyncExitStack() as stack:
         local = kubeconfig is None
+        shell: SecondShell | None = None  # a local run's
         if kubeconfig is None:
             print("starting a local control plane with simulated GPU nodes ...", flush=True)
             plane = await stack.enter_async_context(
@@ -136,6 +145,7 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
                 assert node.root is not None
                 seed_gpu_host(node.root)
             kubeconfig = plane.kubeconfig
+            shell = _second_shell(stack, plane, kubelet)
         api = await new_api_client(kubeconfig)
         stack.push_async_callback(api.close)
         client = Client(api)
@@ -167,14 +177,19 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
         )  # fmt: skip
         print(f"gpuctrl manager running: metrics http://{METRICS}/metrics", flush=True)
         print(f"gpuctrl webhook running: metrics http://{WEBHOOK_METRICS}/metrics", flush=True)
-        kubectl = f"kubectl --kubeconfig {kubeconfig}"
         print(f"kubeconfig: {kubeconfig}", flush=True)
-        print(f"look:  {kubectl} get nodes,clusterpolicies", flush=True)
-        print(f"       {kubectl} -n {NAMESPACE} get ds,pods -o wide", flush=True)
-        print(f"       {kubectl} get podpolicies,mutatingwebhookconfigurations", flush=True)
+        if shell is not None:
+            if shell.export == SECOND_SHELL:
+                print(f"in another shell, in {ROOT}:\n  {shell.export}", flush=True)
+            else:
+                print(f"{RUN_FILES}/kubeconfig is another running `make run`'s", flush=True)
+                print(f"in another shell:\n  {shell.export}", flush=True)
+        print("look:  kubectl get nodes,clusterpolicies", flush=True)
+        print(f"       kubectl -n {NAMESPACE} get ds,pods -o wide", flush=True)
+        print("       kubectl get podpolicies,mutatingwebhookconfigurations", flush=True)
         print("running; Ctrl-C stops everything", flush=True)
-        if local:
-            report = asyncio.create_task(_report_when_ready(client, kubelet, kubectl))
+        if shell is not None:
+            report = asyncio.create_task(_report_when_ready(client, kubelet, shell.nodes_folder))
             stack.callback(report.cancel)
         waiting = asyncio.create_task(stop.wait())
         exited = asyncio.create_task(manager.wait())
@@ -186,8 +201,9 @@ async def _serve(kubeconfig: Path | None, stop: asyncio.Event) -> None:
             raise CannotRun(f"gpuctrl manager exited with {manager.returncode} (its log is above)")
 
 
-async def _report_when_ready(client: Client, kubelet: SimulatedKubelet, kubectl: str) -> None:
-    """Once the ClusterPolicy is ready: what happened on each node, and three things to try."""
+async def _report_when_ready(client: Client, kubelet: SimulatedKubelet, nodes_folder: str) -> None:
+    """Once the ClusterPolicy is ready: what happened on each node, and three things to try
+    (``nodes_folder``: the nodes' folder as a second shell names it)."""
     while True:
         policies = await client.list(POLICIES)
         ready = [p for p in policies if (p.get("status") or {}).get("state") == "ready"]
@@ -222,21 +238,74 @@ async def _report_when_ready(client: Client, kubelet: SimulatedKubelet, kubectl:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
-    first = nodes[0].root
-    assert first is not None
-    config = first / CONTAINERD_CONFIG
+    config = f"{nodes_folder}/{nodes[0].name}/{CONTAINERD_CONFIG}"
+    version = '{"spec":{"driver":{"version":"550.90.07"}}}'
     print(f"\nClusterPolicy {name} is ready:", *lines, sep="\n  ", flush=True)
     print(
         "\ntry:",
-        f"{kubectl} -n {NAMESPACE} delete pod -l app.kubernetes.io/component=validator",
-        "    a validation pod goes; the validator runs again, the policy becomes ready again",
-        f"{kubectl} delete clusterpolicy {name}; cat {config}",
-        "    the toolkit agents clean up: each node's config.toml is as it was",
-        f"{kubectl} edit clusterpolicy {name}",
-        "    e.g. spec.driver.version: the driver DaemonSets roll to the new image",
+        f"kubectl -n {NAMESPACE} rollout restart daemonset/gpuctrl-validator",
+        f"kubectl -n {NAMESPACE} rollout status daemonset/gpuctrl-validator",
+        "    each node's validator pod is replaced and runs its four checks again",
+        f"kubectl patch clusterpolicy {name} --type merge -p '{version}'",
+        f"kubectl wait clusterpolicy/{name} --for=condition=Ready --timeout=300s",
+        "    the driver DaemonSets roll to the new image; Ready once every node runs it",
+        f"kubectl delete clusterpolicy {name} --cascade=foreground",
+        f"cat {config}",
+        "    the toolkit agents clean up: each node's config.toml is as it was, byte for byte",
         sep="\n  ",
         flush=True,
     )
+
+
+@dataclass(frozen=True)
+class SecondShell:
+    """How a second shell reaches this run: the line that sets its environment, and the
+    nodes' folder as it names it."""
+
+    export: str
+    nodes_folder: str
+
+
+def _second_shell(
+    stack: AsyncExitStack, plane: ControlPlane, kubelet: SimulatedKubelet
+) -> SecondShell:
+    """Link `RUN_FILES`' kubeconfig, nodes and bin/kubectl to this run's, unlinked when
+    ``stack`` closes. When a running `make run` holds them (its kubeconfig link leads to its
+    live control plane's folder), link nothing and name this run's own files instead."""
+    (nodes,) = {node.root.parent for node in kubelet.nodes if node.root is not None}
+    kubectl = plane.assets_dir / "kubectl"
+    (RUN_FILES / "bin").mkdir(parents=True, exist_ok=True)
+    first = RUN_FILES / "kubeconfig"
+    if first.is_symlink() and not first.exists():
+        first.unlink()  # a stopped run's: its control plane's folder is gone
+    try:
+        first.symlink_to(plane.kubeconfig)
+    except FileExistsError:
+        export = f"export KUBECONFIG={plane.kubeconfig} PATH={kubectl.parent}:$PATH"
+        return SecondShell(export, str(nodes))
+    made = {first: plane.kubeconfig}
+    stack.callback(_unlink, made)
+    for link, target in ((RUN_FILES / "nodes", nodes), (RUN_FILES / "bin/kubectl", kubectl)):
+        if link.is_symlink():
+            link.unlink()  # a stopped run's
+        try:
+            link.symlink_to(target)
+        except FileExistsError:
+            raise CannotRun(f"{link} is in the way of this run's link: remove it") from None
+        made[link] = target
+    return SecondShell(SECOND_SHELL, f"{RUN_FILES.name}/nodes")
+
+
+def _unlink(made: Mapping[Path, Path]) -> None:
+    """Remove the links in ``made`` that still lead where this run made them lead, then the
+    folders left empty."""
+    for link, target in made.items():
+        with contextlib.suppress(OSError):
+            if os.readlink(link) == str(target):
+                link.unlink()
+    for folder in (RUN_FILES / "bin", RUN_FILES):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _state(pod: Mapping[str, Any] | None) -> str:

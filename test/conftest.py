@@ -59,22 +59,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.controlplane)
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def readme_example() -> Callable[[str], dict[str, Any]]:
-    """Execute the first Python block under a README heading; return the block's globals.
+def doc_example() -> Callable[[str, str], dict[str, Any]]:
+    """Execute the first Python block under a heading of a Markdown file of the repository
+    (``doc_example("docs/runtime.md", "## A complete controller")``); return the block's
+    globals. The block's source text is in them under ``__source__``."""
 
-    The block's source text is in the returned globals under ``__source__``.
-    """
-
-    def run(heading: str) -> dict[str, Any]:
-        section = README.read_text().split(heading, 1)[1]
+    def run(path: str, heading: str) -> dict[str, Any]:
+        doc = ROOT / path
+        section = doc.read_text().split(f"\n{heading}\n", 1)[1]
         match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-        assert match, f"no python block under {heading!r} in README.md"
-        namespace: dict[str, Any] = {"__name__": "readme_example", "__source__": match.group(1)}
-        exec(compile(match.group(1), str(README), "exec"), namespace)
+        assert match, f"no python block under {heading!r} in {path}"
+        namespace: dict[str, Any] = {"__name__": "doc_example", "__source__": match.group(1)}
+        exec(compile(match.group(1), str(doc), "exec"), namespace)
         return namespace
 
     return run

@@ -1,20 +1,23 @@
 """`make run` end to end: local cluster, CRDs, `gpuctrl manager` keeping the operands converged
 (labels, DaemonSets, a roll after a spec edit, status, metrics), the real toolkit and validator
 agents on each node behind an Istio-like injector (the table rows, the node's config restored
-once the policy is deleted), clean Ctrl-C."""
+once the policy is deleted), clean Ctrl-C. Every command of README.md's quick start runs as
+written, in a shell of its own, in the repository's folder, and does what the README says."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yaml
@@ -24,7 +27,8 @@ from kubernetes_asyncio.client import ApiClient
 
 from api.crdgen import crd_files
 from gpuctrl.runtime import ApiError, Client, Resource, new_api_client
-from gpuctrl.testing import ControlPlane, eventually
+from gpuctrl.testing import NODE_CONTAINERD_CONFIG, ControlPlane, eventually
+from gpuctrl.validator import DEFAULT_OUTPUT_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 180.0
@@ -138,10 +142,48 @@ async def test_make_run_brings_up_operands_and_stops_cleanly() -> None:
     folder = run.kubeconfig.parent
     assert not folder.exists(), f"{folder} was left behind"
     assert not _pids_mentioning(str(folder)), "control plane processes were left running"
+    for link in ("kubeconfig", "nodes", "bin/kubectl"):
+        assert not (RUN_FILES / link).is_symlink(), f".run/{link} was left behind"
+
+
+README = ROOT / "README.md"
+QUICK_START = "## Quick start"
+RUN_FILES = ROOT / ".run"
+NODES = [f"gpu-node-{i}" for i in range(4)]
+
+
+def quick_start_commands() -> list[str]:
+    """The commands of README.md's quick start, in order: each line of its ``sh`` blocks that
+    is not blank or a comment, as written."""
+    section = README.read_text().split(f"\n{QUICK_START}\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```sh\n(.*?)^```", section, re.DOTALL | re.MULTILINE)
+    lines = [line for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+async def _shell(script: str) -> tuple[int, str]:
+    """``script`` run by bash in the repository's folder, as a user's fresh shell there would
+    (no KUBECONFIG of ours); its exit code and its output."""
+    env = {key: value for key, value in os.environ.items() if key != "KUBECONFIG"}
+    process = await asyncio.create_subprocess_exec(
+        "bash", "-c", script, cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    async with asyncio.timeout(400):
+        out, _ = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(errors="replace")
+
+
+def _node_configs() -> dict[str, bytes]:
+    """Each node's containerd config, read through .run/nodes."""
+    return {node: (RUN_FILES / "nodes" / node / CONTAINERD_CONFIG).read_bytes() for node in NODES}
 
 
 POLICIES = Resource("gpuctrl.io/v1alpha1", "ClusterPolicy", "clusterpolicies", False)
 DAEMON_SETS = Resource("apps/v1", "DaemonSet", "daemonsets")
+PODS = Resource("v1", "Pod", "pods")
+CONTAINERD_CONFIG = "etc/containerd/config.toml"
 
 
 async def _operands_run_then_interrupt(run: Run) -> None:
@@ -173,45 +215,158 @@ async def _operands_run_then_interrupt(run: Run) -> None:
         assert "WARNING" not in "".join(
             line for line in run.lines if "serving certificate" in line
         ), run.output
-        name = "gpuctrl-driver-ubuntu22.04"
-        before = (await raw.get(DAEMON_SETS, name, "gpuctrl"))["metadata"]["generation"]
-        (policy,) = await raw.list(POLICIES)
-        edit = {"spec": {"driver": {"version": "550.90.07"}}}
-        await raw.merge_patch(POLICIES, policy["metadata"]["name"], edit)
-
-        async def rolled() -> None:
-            ds = await raw.get(DAEMON_SETS, name, "gpuctrl")
-            image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
-            assert image.endswith(":550.90.07-ubuntu22.04"), image
-            assert ds["metadata"]["generation"] > before
-
-        await eventually(rolled, within=30)
-        await eventually(operands_running, within=120)
-        # The gauges follow the operand controllers' own reconciles, a moment after the
-        # DaemonSets' status.
-        await eventually(lambda: _metrics_served(run.metrics), within=30)
         # What happened per node, printed once the policy was ready: the real toolkit agent
         # added the runtime to each node's containerd config ...
         output = await run.printed("try:\n")
         table = output.split(" is ready:\n", 1)[1].split("\n\n", 1)[0].splitlines()
         assert table[0].split() == ["NODE", "OS", "DRIVER", "TOOLKIT", "VALIDATOR"]
-        assert sorted(row.split()[0] for row in table[1:]) == [f"gpu-node-{i}" for i in range(4)]
+        assert sorted(row.split()[0] for row in table[1:]) == NODES
         assert all("nvidia runtime added" in row for row in table[1:]), table
         # ... and the real validator agent passed its four checks on each node, the workload
         # pods opted out of the mesh by the Istio sample PodPolicy.
         assert all(row.endswith("(cuda, driver, plugin, toolkit passed)") for row in table[1:])
-        # The second command to try: delete the policy, cat the node's config: as it was.
-        config = Path(output.split("; cat ", 1)[1].split()[0])
-        assert "runtimes.nvidia]" in await asyncio.to_thread(config.read_text)
-        await raw.delete(POLICIES, policy["metadata"]["name"])
+        await _quick_start(run, raw, operands_running)
+    await _interrupt(run.process)
 
-        async def restored() -> None:
-            text = await asyncio.to_thread(config.read_bytes)
-            assert b"nvidia" not in text, text
+
+async def _quick_start(
+    run: Run, raw: Client, operands_running: Callable[[], Awaitable[None]]
+) -> None:
+    """README.md's quick start, each command as written, each followed by the check that it
+    did what the README says; every command make run suggests is one of them."""
+    commands = quick_start_commands()
+    printed = run.output.split("\ntry:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    suggested = [
+        line.strip() for line in printed if line.startswith("  ") and not line.startswith("    ")
+    ]
+    missing = [line for line in suggested if line not in commands]
+    assert not missing, f"make run suggests commands the README's quick start lacks: {missing}"
+    assert (RUN_FILES / "kubeconfig").resolve() == run.kubeconfig.resolve(), (
+        "another make run holds .run/kubeconfig: stop it to run this test"
+    )
+    (export,) = [line for line in commands if line.startswith("export KUBECONFIG=")]
+    assert f"\n  {export}\n" in run.output  # what make run tells the second shell
+    driver = "gpuctrl-driver-ubuntu22.04"
+    validators = {"before": set[str]()}
+    driver_generation = {"before": 0}
+
+    async def make_run(_: str) -> None:
+        # `make run` is what _start_run started: the Makefile's recipe ends in hack/run.py.
+        code, out = await _shell("make -n run")
+        assert code == 0, out
+        assert out.splitlines()[-1].split() == [".venv/bin/python", "hack/run.py"], out
+
+    async def exported(_: str) -> None:
+        code, out = await _shell(f'{export}\nprintf "%s %s" "$KUBECONFIG" "$(command -v kubectl)"')
+        assert code == 0, out
+        kubeconfig, kubectl = out.split()
+        assert Path(kubeconfig) == RUN_FILES / "kubeconfig", out
+        assert Path(kubectl) == RUN_FILES / "bin" / "kubectl", out
+
+    async def looked(out: str) -> None:
+        assert "gpu-cluster-policy" in out, out
+        assert all(node in out for node in NODES), out
+
+    async def before_restart() -> None:
+        validators["before"] = {p["metadata"]["uid"] for p in await _validator_pods(raw)}
+
+    async def validators_replaced(_: str) -> None:
+        async def replaced() -> None:
+            pods = await _validator_pods(raw)
+            assert sorted(p["spec"]["nodeName"] for p in pods) == NODES, pods
+            assert not {p["metadata"]["uid"] for p in pods} & validators["before"]
+            assert all(_ready(p) for p in pods), [p["status"] for p in pods]
+            for node in NODES:
+                passed = RUN_FILES / "nodes" / node / str(DEFAULT_OUTPUT_DIR).lstrip("/")
+                assert sorted(f.name for f in passed.glob("*-ready")) == [
+                    f"{check}-ready" for check in ("cuda", "driver", "plugin", "toolkit")
+                ]
+
+        await eventually(replaced, within=60)
+        await eventually(operands_running, within=120)
+
+    async def before_patch() -> None:
+        ds = await raw.get(DAEMON_SETS, driver, "gpuctrl")
+        driver_generation["before"] = ds["metadata"]["generation"]
+
+    async def patched(_: str) -> None:
+        (policy,) = await raw.list(POLICIES)
+        assert policy["spec"]["driver"]["version"] == "550.90.07"
+
+    async def rolled(_: str) -> None:
+        # Ready (of the policy's new generation) means every node runs the new driver.
+        ds = await raw.get(DAEMON_SETS, driver, "gpuctrl")
+        image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert image.endswith(":550.90.07-ubuntu22.04"), image
+        assert ds["metadata"]["generation"] > driver_generation["before"]
+        status = ds["status"]
+        assert status["observedGeneration"] == ds["metadata"]["generation"], status
+        assert status["updatedNumberScheduled"] == status["desiredNumberScheduled"], status
+        await eventually(operands_running, within=120)
+        # The gauges follow the operand controllers' own reconciles, a moment after the
+        # DaemonSets' status.
+        await eventually(lambda: _metrics_served(run.metrics), within=30)
+
+    async def images_shown(out: str) -> None:
+        assert ":550.90.07-ubuntu22.04" in out, out
+
+    async def before_delete() -> None:
+        assert all(b"runtimes.nvidia]" in text for text in _node_configs().values())
+
+    async def deleted(_: str) -> None:
+        # The foreground delete returns once the toolkit pods are gone: cleanup has run.
+        assert await raw.list(POLICIES) == []
+        for node, text in _node_configs().items():
+            assert b"nvidia" not in text, (node, text)
             assert containerd_runtimes(text)["runc"]["options"] == {"SystemdCgroup": True}
 
-        await eventually(restored, within=60)
-    await _interrupt(run.process)
+    async def restored(out: str) -> None:
+        assert out == NODE_CONTAINERD_CONFIG, out  # byte for byte as the installer wrote it
+
+    Check = tuple[Callable[[], Awaitable[None]] | None, Callable[[str], Awaitable[None]]]
+    checks: dict[str, Check] = {
+        "make run": (None, make_run),
+        "export KUBECONFIG=": (None, exported),
+        "kubectl get nodes,clusterpolicies": (None, looked),
+        "rollout restart daemonset/gpuctrl-validator": (before_restart, _nothing),
+        "rollout status daemonset/gpuctrl-validator": (None, validators_replaced),
+        "kubectl patch clusterpolicy gpu-cluster-policy": (before_patch, patched),
+        "kubectl wait clusterpolicy/gpu-cluster-policy": (None, rolled),
+        "get daemonsets -o wide": (None, images_shown),
+        "--cascade=foreground": (before_delete, deleted),
+        "cat .run/nodes/gpu-node-0/etc/containerd/config.toml": (None, restored),
+    }
+    done = []
+    for command in commands:
+        matching = [key for key in checks if key in command]
+        assert len(matching) == 1, f"no one check for the quick start's command {command!r}"
+        (key,) = matching
+        before, after = checks[key]
+        if before is not None:
+            await before()
+        if key != "make run":  # the run under test is that command
+            code, out = await _shell(f"{export}\n{command}")
+            assert code == 0, f"{command}: exit {code}\n{out}"
+        else:
+            out = ""
+        await after(out)
+        done.append(key)
+    assert done == list(checks), f"the quick start's commands changed: {commands}"
+
+
+async def _nothing(_: str) -> None:
+    """No check of its own: the next command's check covers it."""
+
+
+async def _validator_pods(raw: Client) -> list[dict[str, Any]]:
+    selector = "app.kubernetes.io/component=validator"
+    pods = await raw.list(PODS, "gpuctrl", label_selector=selector)
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 async def _metrics_served(address: str) -> None:

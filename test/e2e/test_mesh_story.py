@@ -48,6 +48,7 @@ from e2e_stack import (
     running_webhook,
 )
 
+from controllers._kinds import POD_POLICIES
 from gpuctrl.runtime import ApiError, Client, Gone, Resource
 from gpuctrl.testing import (
     ContainerBehavior,
@@ -58,16 +59,16 @@ from gpuctrl.testing import (
     seed_gpu_host,
     simulated_gpu_nodes,
 )
+from gpuctrl.validator import DEFAULT_OUTPUT_DIR
 
 pytestmark = pytest.mark.slow
 
 NAMESPACE = "gpuctrl"
 NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
-POD_POLICIES = Resource("gpuctrl.io/v1alpha1", "PodPolicy", "podpolicies", False)
 EVENTS = Resource("v1", "Event", "events")
 WORKLOADS = "app.kubernetes.io/component=validator-workloads"
 VALIDATORS = "app.kubernetes.io/component=validator"
-STATUS_DIR = "run/gpuctrl/validations"
+STATUS_DIR = str(DEFAULT_OUTPUT_DIR).lstrip("/")  # under a node's folder
 CHECKS = ("driver", "toolkit", "cuda", "plugin")
 OPT_OUT = "sidecar.istio.io/inject"
 RESOURCES = {"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
@@ -262,10 +263,11 @@ async def _all_validated(stack: Stack, since: dict[str, str] | None = None) -> N
             assert root is not None
             for check in CHECKS:
                 assert (root / STATUS_DIR / f"{check}-ready").is_file(), (name, check)
-            # The driver check ran the host's nvidia-smi in a chroot of the host's root; the
-            # toolkit check the one the (simulated) NVIDIA runtime put into its container.
+            # The driver check found the host's driver (nvidia-smi answering in a chroot of the
+            # host's root) and wrote the env NVIDIA's images source; the toolkit check ran the
+            # nvidia-smi the (simulated) NVIDIA runtime put into its container.
             driver = (root / STATUS_DIR / "driver-ready").read_text()
-            assert driver.startswith("ran: chroot /host nvidia-smi\npassed\nNVIDIA-SMI"), driver
+            assert driver.startswith("IS_HOST_DRIVER=true\nNVIDIA_DRIVER_ROOT=/\n"), driver
             toolkit = (root / STATUS_DIR / "toolkit-ready").read_text()
             assert toolkit.startswith("ran: nvidia-smi\npassed\nNVIDIA-SMI"), toolkit
 

@@ -112,7 +112,7 @@ def _sign_release(node: Node) -> None:
 
 @pytest.fixture
 def node(hello_deb: Path, tmp_path: Path) -> Iterator[Node]:
-    """A node image with the repository baked in, as the README tells a site to build it."""
+    """A node image with the repository baked in, as docs/air-gapped.md tells a site to build it."""
     found = Node(tmp_path / "node", tmp_path / "gnupg")
     found.gnupg.mkdir(mode=0o700)
     repo = found.repository

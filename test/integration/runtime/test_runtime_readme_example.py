@@ -1,4 +1,4 @@
-"""The example controller in README.md works as printed."""
+"""The example controller in docs/runtime.md works as printed."""
 
 from collections.abc import Callable
 from typing import Any
@@ -8,7 +8,8 @@ from runtime_helpers import CONFIGMAPS, configmap, get_or_none, running
 from gpuctrl.runtime import Client, Manager
 from gpuctrl.testing import ControlPlane, eventually
 
-HEADING = "## Write a controller with gpuctrl.runtime"
+DOC = "docs/runtime.md"
+HEADING = "## A complete controller"
 
 
 async def mirrored(client: Client, namespace: str, name: str, data: dict[str, str]) -> bool:
@@ -16,13 +17,13 @@ async def mirrored(client: Client, namespace: str, name: str, data: dict[str, st
     return mirror is not None and mirror.get("data") == data
 
 
-async def test_readme_example_controller(
-    readme_example: Callable[[str], dict[str, Any]],
+async def test_the_guide_example_controller(
+    doc_example: Callable[[str, str], dict[str, Any]],
     control_plane: ControlPlane,
     client: Client,
     namespace: str,
 ) -> None:
-    example = readme_example(HEADING)
+    example = doc_example(DOC, HEADING)
     assert len(example["__source__"].splitlines()) <= 55
     await client.create(CONFIGMAPS, configmap("early", namespace, {"mirror": "true"}, a="1"))
     await client.create(CONFIGMAPS, configmap("ignored", namespace, b="2"))

@@ -136,7 +136,7 @@ INNER_TESTS = textwrap.dedent(
 async def run_inner_pytest(tmp_path: Path) -> tuple[int, dict[str, Any]]:
     """Run INNER_TESTS in a pytest of their own; its exit code and what test_fails saw."""
     (tmp_path / "test_inner.py").write_text(INNER_TESTS)
-    # How a project built on gpuctrl opts in to its fixtures (the README's one line).
+    # How a project built on gpuctrl opts in to its fixtures (docs/testing.md's one line).
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["gpuctrl.testing.pytest_plugin"]\n')
     info = tmp_path / "info.json"
     options = [
@@ -222,8 +222,8 @@ async def test_bare_plane_admits_pods_and_dies_with_its_sigkilled_owner(
 async def test_the_suite_talks_to_the_release_it_claims(
     control_plane: ControlPlane, kube_api: ApiClient
 ) -> None:
-    """The shared control plane is the release the README and $GPUCTRL_K8S_VERSION name, and
-    each of its components says so."""
+    """The shared control plane is the release docs/development.md and $GPUCTRL_K8S_VERSION
+    name, and each of its components says so."""
     info = await client.VersionApi(kube_api).get_code()
     assert info.git_version == f"v{kubernetes_version()}" == control_plane.version
     assert (info.major, info.minor) == ("1", kubernetes_version().split(".")[1])

@@ -152,7 +152,7 @@ def _crd_messages(kind: str, path: str, value: Any) -> list[str]:
 
 
 def _expected_host_folder_problems(path: str) -> list[str]:
-    """The node-local path rules as the README states them, written without CEL."""
+    """The node-local path rules as docs/air-gapped.md states them, written without CEL."""
     if not path.startswith("/"):
         return [f"'{path}' is not absolute"]
     if posixpath.normpath(path) != path or path.startswith("//"):

@@ -11,11 +11,14 @@ import pytest
 from gpuctrl.testing import envtest
 from gpuctrl.testing.envtest import BuildError, ensure_binaries, kubernetes_version
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+# The page that states the release the suite runs, and where its binaries are built.
+DEVELOPMENT = Path(__file__).resolve().parents[3] / "docs" / "development.md"
 
 
-def test_readme_names_the_release_and_etcd_the_suite_runs() -> None:
-    text = README.read_text()
+def test_the_development_guide_names_the_release_and_etcd_the_suite_runs() -> None:
+    """docs/development.md states the Kubernetes release, the etcd and the cache folder that
+    `envtest` builds and the suite runs."""
+    text = DEVELOPMENT.read_text()
     assert f"Kubernetes **{envtest.KUBERNETES_VERSION}**" in text
     assert f"etcd {envtest.ETCD_VERSION}" in text
     assert f"envtest/{envtest.KUBERNETES_VERSION}/" in text
