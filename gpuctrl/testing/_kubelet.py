@@ -75,6 +75,8 @@ _RETRY_SECONDS = 0.2
 _WATCH_SECONDS = 300
 _BOUND = {"fieldSelector": "spec.nodeName!="}
 _PODS = "/api/v1/pods"
+# Kernel folders a node's root always has (sysfs), seeded into each simulated node's folder.
+_KERNEL_FOLDERS = ("sys/devices/system",)
 _NODES = "/api/v1/nodes"
 _LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases"
 _TRANSIENT = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
@@ -252,6 +254,8 @@ class SimulatedKubelet:
             root = self._directory / "nodes" / node.name
             node = dataclasses.replace(node, root=root)
         root.mkdir(parents=True, exist_ok=True)
+        for folder in _KERNEL_FOLDERS:  # on every Linux node; operands mount them (type Directory)
+            (root / folder).mkdir(parents=True, exist_ok=True)
         now = _now()
         created = await self._request(
             "POST", _NODES, body=node_manifest(node, now, self._kubelet_port)

@@ -31,6 +31,7 @@ from gpuctrl.testing import (
     ControlPlane,
     SimulatedKubelet,
     eventually,
+    seed_gpu_host,
     simulated_gpu_nodes,
 )
 
@@ -102,9 +103,10 @@ async def test_containerd_config_survives_install_power_cut_and_policy_deletion(
         for node in kubelet.nodes:
             assert node.root is not None
             config[node.name] = node.root / CONFIG
-            config[node.name].parent.mkdir(parents=True)
             original[node.name] = SEEDS[(node.os_id, node.os_version)]
-            config[node.name].write_bytes(original[node.name])
+            # A GPU host: the toolkit installs only once its driver check finds a driver.
+            seed_gpu_host(node.root, original[node.name].decode())
+            assert config[node.name].read_bytes() == original[node.name]
         victim = kubelet.nodes[1]
         assert victim.root is not None
 

@@ -252,7 +252,7 @@ async def _quick_start(
 
     async def make_run(_: str) -> None:
         # `make run` is what _start_run started: the Makefile's recipe ends in hack/run.py.
-        code, out = await _shell("make -n run")
+        code, out = await _shell("make --no-print-directory -n run")
         assert code == 0, out
         assert out.splitlines()[-1].split() == [".venv/bin/python", "hack/run.py"], out
 

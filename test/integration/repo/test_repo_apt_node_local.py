@@ -118,6 +118,7 @@ def node(hello_deb: Path, tmp_path: Path) -> Iterator[Node]:
     repo = found.repository
     repo.mkdir(parents=True)
     (found.root / "etc").mkdir()
+    (found.root / "sys" / "devices" / "system").mkdir(parents=True)  # sysfs, on every node
     shutil.copy("/etc/os-release", found.root / "etc" / "os-release")
     shutil.copy(hello_deb, repo)
     found.gpg("--passphrase", "", "--quick-gen-key", "gpuctrl test <t@example.invalid>", "ed25519")
