@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HELM_STAMP := $(VENV)/.installed-helm
+RUN_SESSION := .run/make-session
 # Debian packages `make run` needs: bubblewrap sandboxes the simulated kubelet's
 # process-backed containers (the toolkit and validator agents run for real).
 RUN_DEBIAN_PACKAGES := bubblewrap
@@ -12,7 +13,7 @@ RUN_DEBIAN_PACKAGES := bubblewrap
 # zypper's parsers of .repo files).
 TEST_DEBIAN_PACKAGES := $(RUN_DEBIAN_PACKAGES) containerd dpkg-dev gnupg apt-utils python3-dnf zypper
 
-.PHONY: help run test lint unit integration e2e bench manifests envtest test-deps clean
+.PHONY: help run test lint unit integration e2e bench manifests envtest test-deps clean FORCE
 
 # The first target: `make` alone prints the targets, each with its `##` line.
 help:
@@ -64,11 +65,18 @@ manifests: $(STAMP) ## regenerate the CRDs and the chart's generated files from 
 	$(BIN)/python -m api.crdgen config/crd
 	$(BIN)/python -m api.chartgen config
 
-# With KUBECONFIG set, run against that cluster: no local control plane to build.
-run: $(STAMP) ## the operator and webhook on a local control plane with simulated GPU nodes
+run: $(RUN_SESSION) ## the operator and webhook on a local control plane with simulated GPU nodes
+
+# With KUBECONFIG set, run against that cluster: no local control plane to build. The target
+# is a file hack/run.py writes as it starts and watches: make forwards SIGTERM to its child
+# but only waits on SIGINT, deleting the target file of the recipe it runs ("Deleting file"),
+# which hack/run.py takes as its stop. So a SIGINT to make itself stops everything too.
+$(RUN_SESSION): $(STAMP) FORCE
 	[ -n "$$KUBECONFIG" ] || bash hack/install-debian-packages.sh $(RUN_DEBIAN_PACKAGES)
 	[ -n "$$KUBECONFIG" ] || PYTHON=$(BIN)/python bash hack/envtest-assets.sh >/dev/null
-	$(BIN)/python hack/run.py
+	GPUCTRL_MAKE_SESSION=$@ $(BIN)/python hack/run.py
+
+FORCE:
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache

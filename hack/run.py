@@ -68,6 +68,7 @@ VALIDATIONS = str(DEFAULT_OUTPUT_DIR).lstrip("/")  # where the validator writes 
 # What a second shell reads of a local run (see `_second_shell`); README.md's quick start
 # names these paths.
 RUN_FILES = ROOT / ".run"
+SESSION_ENV = "GPUCTRL_MAKE_SESSION"  # make run's target file, see the Makefile
 SECOND_SHELL = "export KUBECONFIG=$PWD/.run/kubeconfig PATH=$PWD/.run/bin:$PATH"
 
 
@@ -330,18 +331,72 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
             await process.wait()
 
 
+def _claim_session(session: Path) -> bool:
+    """Write this run's pid into ``session`` (`make run`'s target file) unless another live
+    run wrote it; whether this run now holds it."""
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        if _alive(int(session.read_text())):
+            return False
+    session.parent.mkdir(parents=True, exist_ok=True)
+    session.write_text(str(os.getpid()))
+    return True
+
+
+async def _watch_session(session: Path, stop: asyncio.Event) -> None:
+    """Set ``stop`` once ``session`` is gone: make deletes it when it gets a SIGINT of its
+    own. A file another live run holds is left to it (this run then stops on Ctrl-C or
+    SIGTERM only)."""
+    if not _claim_session(session):
+        return
+    # Polled: nothing tells a process that a file was deleted but inotify, not in asyncio.
+    while os.path.exists(session):  # noqa: ASYNC110, ASYNC240 (a stat, every 0.5 s)
+        await asyncio.sleep(0.5)
+    print("make was interrupted: stopping", flush=True)
+    stop.set()
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _forget_session(session: Path) -> None:
+    """Remove ``session`` if this run wrote it, and `RUN_FILES` once it is empty."""
+    with contextlib.suppress(OSError, ValueError):
+        if int(session.read_text()) == os.getpid():
+            session.unlink()
+    with contextlib.suppress(OSError):
+        RUN_FILES.rmdir()
+
+
 async def main() -> int:
-    """Run until SIGINT or SIGTERM; return the exit code."""
+    """Run until SIGINT or SIGTERM, or until make deletes its session file (its SIGINT);
+    return the exit code."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     configured = os.environ.get("KUBECONFIG")
+    named = os.environ.get(SESSION_ENV)
+    session = Path(named) if named else None
+    watching = None if session is None else asyncio.create_task(_watch_session(session, stop))
     try:
         await _serve(Path(configured) if configured else None, stop)
     except CannotRun as error:
         print(f"make run: {error}", file=sys.stderr, flush=True)
         return 1
+    finally:
+        if watching is not None:
+            watching.cancel()
+        if session is not None:
+            _forget_session(session)
     return 0
 
 

@@ -82,11 +82,15 @@ def _free_addresses(count: int) -> list[str]:
             sock.close()
 
 
-async def _start_run(env: dict[str, str]) -> asyncio.subprocess.Process:
-    """`hack/run.py` (what `make run` runs) with ``env``, its output on one pipe."""
+async def _start_run(env: dict[str, str], *, via_make: bool = False) -> asyncio.subprocess.Process:
+    """`hack/run.py` (what `make run` runs), or `make run` itself, with ``env``, its output on
+    one pipe."""
+    command = ["make", "--no-print-directory", "run"] if via_make else [
+        sys.executable, str(ROOT / "hack" / "run.py"),
+    ]  # fmt: skip
     return await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(ROOT / "hack" / "run.py"),
+        *command,
+        cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env=env,
@@ -96,10 +100,10 @@ async def _start_run(env: dict[str, str]) -> asyncio.subprocess.Process:
 
 @asynccontextmanager
 async def running_make_run(
-    kubeconfig: Path | None = None, namespace: str | None = None
+    kubeconfig: Path | None = None, namespace: str | None = None, *, via_make: bool = False
 ) -> AsyncIterator[Run]:
-    """`hack/run.py` (what `make run` runs) up to its 'running' line, the manager's metrics
-    and probes on free loopback ports; kills it on exit."""
+    """`hack/run.py` (what `make run` runs; with ``via_make``, `make run`) up to its 'running'
+    line, the manager's metrics and probes on free loopback ports; kills it on exit."""
     env = {key: value for key, value in os.environ.items() if key != "KUBECONFIG"}
     if kubeconfig is not None:
         env["KUBECONFIG"] = str(kubeconfig)
@@ -107,7 +111,7 @@ async def running_make_run(
         env["GPUCTRL_NAMESPACE"] = namespace
     addresses = _free_addresses(len(ADDRESS_VARIABLES))
     env.update(zip(ADDRESS_VARIABLES, addresses, strict=True))
-    process = await _start_run(env)
+    process = await _start_run(env, via_make=via_make)
     lines: list[str] = []
 
     async def read() -> None:
@@ -254,7 +258,8 @@ async def _quick_start(
         # `make run` is what _start_run started: the Makefile's recipe ends in hack/run.py.
         code, out = await _shell("make --no-print-directory -n run")
         assert code == 0, out
-        assert out.splitlines()[-1].split() == [".venv/bin/python", "hack/run.py"], out
+        last = out.splitlines()[-1].split()
+        assert last == ["GPUCTRL_MAKE_SESSION=.run/make-session", ".venv/bin/python", "hack/run.py"]
 
     async def exported(_: str) -> None:
         code, out = await _shell(f'{export}\nprintf "%s %s" "$KUBECONFIG" "$(command -v kubectl)"')
@@ -400,6 +405,26 @@ async def test_make_run_with_kubeconfig_uses_that_cluster() -> None:
                 await eventually(applied, within=30)
                 await _interrupt(run.process)
         assert plane.processes, "make run must not stop a cluster it did not start"
+
+
+async def test_a_sigint_to_make_itself_stops_everything() -> None:
+    """GNU make forwards SIGTERM to its child but only waits on SIGINT: a SIGINT sent to the
+    make process alone (not its group, as Ctrl-C does) must stop make run all the same."""
+    async with ControlPlane() as plane:
+        async with await new_api_client(plane.kubeconfig) as api:
+            await _create_cluster_policy(api)
+        async with running_make_run(plane.kubeconfig, via_make=True) as run:
+            assert (RUN_FILES / "make-session").is_file()
+            os.kill(run.process.pid, signal.SIGINT)  # make's pid only
+            async with asyncio.timeout(20):
+                await run.process.wait()
+
+            async def said_why() -> None:
+                assert "make was interrupted: stopping" in run.output, run.output
+
+            await eventually(said_why, within=5)
+            assert not _pids_mentioning(str(plane.kubeconfig)), "manager or webhook left running"
+        assert not (RUN_FILES / "make-session").exists()
 
 
 async def _create_cluster_policy(api: ApiClient) -> None:
