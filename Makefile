@@ -13,7 +13,7 @@ RUN_DEBIAN_PACKAGES := bubblewrap
 # zypper's parsers of .repo files).
 TEST_DEBIAN_PACKAGES := $(RUN_DEBIAN_PACKAGES) containerd dpkg-dev gnupg apt-utils python3-dnf zypper
 
-.PHONY: help run test lint unit integration e2e bench manifests envtest test-deps clean FORCE
+.PHONY: help run test lint unit integration e2e bench manifests envtest test-deps clean
 
 # The first target: `make` alone prints the targets, each with its `##` line.
 help:
@@ -76,6 +76,7 @@ $(RUN_SESSION): $(STAMP) FORCE
 	[ -n "$$KUBECONFIG" ] || PYTHON=$(BIN)/python bash hack/envtest-assets.sh >/dev/null
 	GPUCTRL_MAKE_SESSION=$@ $(BIN)/python hack/run.py
 
+# Always out of date (no file of that name): make runs the recipe of what depends on it.
 FORCE:
 
 clean: ## remove the virtualenv and caches
