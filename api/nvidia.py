@@ -23,7 +23,7 @@ __all__ = ["Migration", "from_nvidia", "unset_empty"]
 _IMAGE = ("repository", "image", "version")
 _COMMON = ("enabled", "imagePullPolicy", "imagePullSecrets", "env", "resources", "args")
 _CARRIED = {
-    "operator": ("runtimeClass", "labels", "annotations"),
+    "operator": ("runtimeClass", "labels", "annotations", "defaultRuntime"),
     "daemonsets": (
         "labels",
         "annotations",
@@ -36,7 +36,14 @@ _CARRIED = {
     "toolkit": (*_IMAGE, *_COMMON, "installDir"),
     "validator": (*_COMMON, "driver", "toolkit", "cuda", "plugin"),
     "devicePlugin": (*_IMAGE, *_COMMON),
+    "mig": ("strategy",),
+    "cdi": ("enabled",),
 }
+# NVIDIA's fields that mean nothing any more: cdi.default ("no longer used", NVIDIA's CRD).
+_NO_OP = {"cdi": ("default",)}
+# operator.defaultRuntime values gpuctrl configures; NVIDIA's chart default, docker, is only its
+# fallback when no node says its runtime (and no runtime Kubernetes runs since 1.24).
+_RUNTIMES = ("containerd", "crio")
 # NVIDIA's toolkit installer env -> gpuctrl's toolkit.containerd field.
 _TOOLKIT_ENV = {
     "CONTAINERD_CONFIG": "configPath",
@@ -44,6 +51,7 @@ _TOOLKIT_ENV = {
     "CONTAINERD_SOCKET": "socketPath",
     "CONTAINERD_RUNTIME_CLASS": "runtimeClassName",
     "CONTAINERD_SET_AS_DEFAULT": "setAsDefault",
+    "NVIDIA_RUNTIME_SET_AS_DEFAULT": "setAsDefault",
     "RUNTIME_RESTART_MODE": "restartMode",
 }
 _VALIDATOR_CHECK_FIELDS = ("env",)
@@ -114,6 +122,13 @@ def _section(
             out.setdefault("runtimeImage", {})[key] = field
         elif section == "validator" and key in _IMAGE:
             dropped.append(f"{where}: gpuctrl runs its own validator agent image")
+        elif key in _NO_OP.get(section, ()):
+            continue
+        elif section == "operator" and key == "defaultRuntime":
+            if field in _RUNTIMES:
+                out[key] = field
+            elif field != "docker":
+                dropped.append(f"{where}: runtime {field!r} is not one gpuctrl configures")
         elif key not in _CARRIED[section]:
             if _is_set(field):
                 dropped.append(f"{where}: not supported by gpuctrl")

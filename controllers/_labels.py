@@ -8,11 +8,15 @@ __all__ = [
     "DEPLOY_LABELS",
     "DEPLOY_OPERANDS",
     "GPU_PRESENT",
+    "GPU_PRESENT_FROM",
     "NFD_GPU_LABELS",
     "READ_LABELS",
 ]
 
 GPU_PRESENT = "nvidia.com/gpu.present"
+# gpuctrl's mark beside a gpu.present=true it wrote from NFD's labels (value "nfd"): only that
+# one is gpuctrl's to turn false when NFD's labels go; another's gpu.present=true is kept.
+GPU_PRESENT_FROM = "gpuctrl.io/gpu-present-from"
 DEPLOY_OPERANDS = "nvidia.com/gpu.deploy.operands"
 # NFD's labels of an NVIDIA PCI device (any class, 3D controller, VGA).
 NFD_GPU_LABELS = (
@@ -30,6 +34,7 @@ DEPLOY_LABELS = {
 READ_LABELS = (
     *NFD_GPU_LABELS,
     GPU_PRESENT,
+    GPU_PRESENT_FROM,
     DEPLOY_OPERANDS,
     *DEPLOY_LABELS.values(),
     OS_ID_LABEL,

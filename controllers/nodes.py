@@ -20,7 +20,13 @@ from prometheus_client import Gauge
 from api.v1alpha1 import ClusterPolicy
 from controllers._honoured import add_policy_controller, honoured, to_honoured
 from controllers._kinds import CLUSTER_POLICIES, NODES
-from controllers._labels import DEPLOY_LABELS, DEPLOY_OPERANDS, GPU_PRESENT, NFD_GPU_LABELS
+from controllers._labels import (
+    DEPLOY_LABELS,
+    DEPLOY_OPERANDS,
+    GPU_PRESENT,
+    GPU_PRESENT_FROM,
+    NFD_GPU_LABELS,
+)
 from controllers._reads import cached, informer_terms, node_states, watches
 from controllers._status import INVALID_SPEC, PolicyStatus, condition
 from controllers.operands import OPERANDS
@@ -54,6 +60,7 @@ _GPU_NODES = Gauge(
     "gpuctrl_gpu_nodes", "Nodes with an NVIDIA GPU (by NFD's labels).", registry=METRICS_REGISTRY
 )
 _OURS = "true"  # the value gpuctrl writes; only labels holding it are gpuctrl's to remove
+_FROM_NFD = "nfd"
 
 
 def enabled_components(policy: ClusterPolicy) -> frozenset[str]:
@@ -64,19 +71,23 @@ def enabled_components(policy: ClusterPolicy) -> frozenset[str]:
 def label_changes(labels: Mapping[str, str], enabled: Iterable[str]) -> dict[str, str | None]:
     """The label writes (None: remove) that bring a node with ``labels`` in line.
 
-    A node with an NVIDIA PCI label from NFD gets ``gpu.present=true`` and, unless
-    ``gpu.deploy.operands=false``, the deploy label of each ``enabled`` component where that
-    label is absent or empty (a value someone else wrote is kept). Deploy labels holding
+    A GPU node (`is_gpu`) gets, unless ``gpu.deploy.operands=false``, the deploy label of each
+    ``enabled`` component where that label is absent or empty (a value someone else wrote is
+    kept). A node with an NVIDIA PCI label from NFD gets ``gpu.present=true``, marked as
+    gpuctrl's (``GPU_PRESENT_FROM=nfd``) when gpuctrl writes it. Deploy labels holding
     gpuctrl's ``true`` are removed from a node that opted out, for a disabled component, and
-    from a node whose GPU is gone (which gets ``gpu.present=false`` if it was marked).
+    from a node that is no GPU node any more, whose ``gpu.present`` turns ``false`` when it
+    was gpuctrl's; a ``gpu.present=true`` that someone else wrote is never flipped.
     """
-    gpu = is_gpu(labels)
+    nfd, gpu = _nfd_gpu(labels), is_gpu(labels)
     wanted = set(enabled) if gpu and labels.get(DEPLOY_OPERANDS) != "false" else set()
     changes: dict[str, str | None] = {}
-    if gpu and labels.get(GPU_PRESENT) != "true":
-        changes[GPU_PRESENT] = "true"
+    if nfd and labels.get(GPU_PRESENT) != "true":
+        changes |= {GPU_PRESENT: "true", GPU_PRESENT_FROM: _FROM_NFD}
     elif not gpu and GPU_PRESENT in labels and labels[GPU_PRESENT] != "false":
         changes[GPU_PRESENT] = "false"
+    if not nfd and GPU_PRESENT_FROM in labels:
+        changes[GPU_PRESENT_FROM] = None
     for component, label in DEPLOY_LABELS.items():
         value = labels.get(label)
         if component in wanted and not value:
@@ -91,7 +102,13 @@ def _gpu_related(labels: Mapping[str, str]) -> bool:
 
 
 def is_gpu(labels: Mapping[str, str]) -> bool:
-    """Whether NFD found an NVIDIA PCI device on the node."""
+    """Whether the node has an NVIDIA GPU: NFD found one, or someone else than gpuctrl marked it
+    ``gpu.present=true`` (as `gpuctrl render` counts GPU nodes)."""
+    others = labels.get(GPU_PRESENT) == "true" and labels.get(GPU_PRESENT_FROM) != _FROM_NFD
+    return _nfd_gpu(labels) or others
+
+
+def _nfd_gpu(labels: Mapping[str, str]) -> bool:
     return any(labels.get(label) == "true" for label in NFD_GPU_LABELS)
 
 

@@ -12,11 +12,13 @@ from api.v1alpha1._base import (
     Toleration,
     wire,
 )
+from api.v1alpha1._cdi import CDISpec
 from api.v1alpha1._clusterpolicy import ClusterPolicy, ClusterPolicySpec, honoured_policy
 from api.v1alpha1._component import Component, Image, image_reference
-from api.v1alpha1._daemonsets import DaemonsetsSpec, OperatorSpec, RollingUpdate
+from api.v1alpha1._daemonsets import ContainerRuntime, DaemonsetsSpec, OperatorSpec, RollingUpdate
 from api.v1alpha1._deviceplugin import DevicePluginSpec
 from api.v1alpha1._driver import CertConfig, DriverSpec, RepoConfig
+from api.v1alpha1._mig import MIGSpec, MIGStrategy
 from api.v1alpha1._names import CLUSTER_POLICY, POD_POLICY, KindNames
 from api.v1alpha1._podpolicy import (
     LabelSelector,
@@ -39,6 +41,7 @@ from api.v1alpha1._selector import (
 )
 from api.v1alpha1._status import ClusterPolicyStatus, Condition, State
 from api.v1alpha1._toolkit import (
+    CONTAINERD_DEFAULTS,
     ContainerdDistribution,
     ContainerdSettings,
     DropInMode,
@@ -61,13 +64,16 @@ from api.v1alpha1._validator import ValidatorCheck, ValidatorSpec, ValidatorWork
 __all__ = [
     "CLUSTER_POLICY",
     "COMPONENT_LABEL",
+    "CONTAINERD_DEFAULTS",
     "POD_POLICY",
+    "CDISpec",
     "CertConfig",
     "ClusterPolicy",
     "ClusterPolicySpec",
     "ClusterPolicyStatus",
     "Component",
     "Condition",
+    "ContainerRuntime",
     "ContainerdDistribution",
     "ContainerdSettings",
     "DaemonsetsSpec",
@@ -81,6 +87,8 @@ __all__ = [
     "LabelSelector",
     "LabelSelectorRequirement",
     "LocalObjectReference",
+    "MIGSpec",
+    "MIGStrategy",
     "Mesh",
     "MeshOptOut",
     "OperatorSpec",

@@ -9,9 +9,11 @@ from typing import Literal
 from pydantic import Field
 
 from api.v1alpha1._base import ApiModel, ApiObject
+from api.v1alpha1._cdi import CDISpec
 from api.v1alpha1._daemonsets import DaemonsetsSpec, OperatorSpec
 from api.v1alpha1._deviceplugin import DevicePluginSpec
 from api.v1alpha1._driver import DriverSpec
+from api.v1alpha1._mig import MIGSpec
 from api.v1alpha1._status import ClusterPolicyStatus
 from api.v1alpha1._toolkit import ToolkitSpec
 from api.v1alpha1._validator import ValidatorSpec
@@ -35,6 +37,10 @@ class ClusterPolicySpec(ApiModel):
     )
     device_plugin: DevicePluginSpec = Field(
         default_factory=DevicePluginSpec, description="NVIDIA's device plugin."
+    )
+    mig: MIGSpec = Field(default_factory=MIGSpec, description="How MIG devices are advertised.")
+    cdi: CDISpec = Field(
+        default_factory=CDISpec, description="How GPUs reach containers: CDI or the legacy path."
     )
 
 

@@ -15,7 +15,11 @@ from api.v1alpha1._base import (
     Toleration,
 )
 
-__all__ = ["DaemonsetsSpec", "OperatorSpec", "RollingUpdate"]
+__all__ = ["ContainerRuntime", "DaemonsetsSpec", "OperatorSpec", "RollingUpdate"]
+
+# The container runtimes the toolkit agent configures (NVIDIA's operator.defaultRuntime values
+# less docker, which Kubernetes has not run since dockershim went in 1.24).
+ContainerRuntime = Literal["containerd", "crio"]
 
 
 _PERCENT = r"^([1-9][0-9]?|100)%$"
@@ -73,6 +77,12 @@ class OperatorSpec(ApiModel):
 
     runtime_class: DnsLabel = Field(
         default="nvidia", description="Name of the RuntimeClass gpuctrl creates for GPU pods."
+    )
+    default_runtime: ContainerRuntime = Field(
+        default="containerd",
+        description="The nodes' container runtime, which the toolkit agent configures: "
+        "containerd (its distribution detected per node) or crio (through its drop-in folder, "
+        "/etc/crio/crio.conf.d).",
     )
     labels: LabelMap = Field(
         default_factory=dict, description="Labels added to every object gpuctrl creates."

@@ -53,7 +53,9 @@ class ContainerdSettings(ApiModel):
         "operator's runtimeClass.",
     )
     set_as_default: bool | None = Field(
-        default=None, description="Make the NVIDIA runtime containerd's default runtime."
+        default=None,
+        description="Make the NVIDIA runtime the container runtime's default; unset = as "
+        "NVIDIA's operator: not with CDI (cdi.enabled), yes without it.",
     )
     drop_in_mode: DropInMode | None = Field(
         default=None,
@@ -73,7 +75,6 @@ CONTAINERD_DEFAULTS: dict[ContainerdDistribution, ContainerdSettings] = {
         distribution="containerd",
         config_path="/etc/containerd/config.toml",
         socket_path="/run/containerd/containerd.sock",
-        set_as_default=False,
         drop_in_mode="auto",
         restart_mode="signal",
     ),
@@ -81,7 +82,6 @@ CONTAINERD_DEFAULTS: dict[ContainerdDistribution, ContainerdSettings] = {
         distribution="k3s",
         config_path="/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl",
         socket_path="/run/k3s/containerd/containerd.sock",
-        set_as_default=False,
         drop_in_mode="never",
         restart_mode="systemd",
     ),
@@ -89,7 +89,6 @@ CONTAINERD_DEFAULTS: dict[ContainerdDistribution, ContainerdSettings] = {
         distribution="rke2",
         config_path="/var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl",
         socket_path="/run/k3s/containerd/containerd.sock",
-        set_as_default=False,
         drop_in_mode="never",
         restart_mode="systemd",
     ),
@@ -97,7 +96,6 @@ CONTAINERD_DEFAULTS: dict[ContainerdDistribution, ContainerdSettings] = {
         distribution="microk8s",
         config_path="/var/snap/microk8s/current/args/containerd-template.toml",
         socket_path="/var/snap/microk8s/common/run/containerd.sock",
-        set_as_default=False,
         drop_in_mode="never",
         restart_mode="systemd",
     ),

@@ -27,9 +27,17 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from typing import Any
 
-from api.v1alpha1 import ClusterPolicy, ToolkitSpec, ValidatorWorkloads, image_reference, wire
+from api.v1alpha1 import (
+    CONTAINERD_DEFAULTS,
+    ClusterPolicy,
+    ToolkitSpec,
+    ValidatorWorkloads,
+    image_reference,
+    wire,
+)
 from controllers.render._account import Permissions, account_objects
 from controllers.render._engine import render_template
 from controllers.render._errors import MissingConfigMap, RenderError
@@ -43,6 +51,8 @@ __all__ = [
     "render_toolkit",
     "render_validator",
     "runtime_handler",
+    "set_as_default",
+    "toolkit_writable_paths",
 ]
 
 WORKLOADS_CONFIG_MAP = "gpuctrl-validator-workloads"
@@ -74,6 +84,15 @@ TOOLKIT_STATE_DIR = "/var/lib/gpuctrl/toolkit"
 # In the agent's container (not a host path): there while installed and handling SIGTERM, so
 # the pod is Ready only once deleting it would run cleanup (the readiness probe tests it).
 TOOLKIT_READY_FILE = "/run/gpuctrl/toolkit-ready"
+# Where CDI specs live on every node (NVIDIA's installer and device plugin write them there).
+CDI_ROOT = "/var/run/cdi"
+# The CDI kind of the management containers' spec that NVIDIA's installer writes.
+MANAGEMENT_CDI_KIND = "management.nvidia.com/gpu"
+# CRI-O's drop-in folder, which the agent writes its 99-nvidia.toml into.
+_CRIO_DROP_IN_DIR = "/etc/crio/crio.conf.d"
+# Where the containerd distributions the agent detects keep their config (see
+# api.v1alpha1.CONTAINERD_DEFAULTS), one folder above the folder each is detected by.
+_DETECTED_CONFIG_DIRS = ("/etc/containerd", "/var/lib/rancher", "/var/snap")
 # NVIDIA's installer (tools/container/nvidia-toolkit in nvidia-container-toolkit v1.17) reads
 # these; the containerd config it insists on writing is a file in the init container only.
 _INSTALLER_RUNTIME_CONFIG = "/tmp/unused-containerd-config.toml"
@@ -103,20 +122,17 @@ _DRIVER_VALIDATION_ARGS = [
     "--driver-root",
     VALIDATOR_DRIVER_ROOT,
 ]
-# What NVIDIA's operator sets for its device plugin image (assets/state-device-plugin), the
-# device list strategy being the legacy one until CDI is configured.
-_DEVICE_PLUGIN_ENV = tuple(
-    {"name": name, "value": value}
-    for name, value in (
-        ("PASS_DEVICE_SPECS", "true"),
-        ("FAIL_ON_INIT_ERROR", "true"),
-        ("DEVICE_LIST_STRATEGY", "envvar"),
-        ("DEVICE_ID_STRATEGY", "uuid"),
-        ("NVIDIA_VISIBLE_DEVICES", "all"),
-        ("NVIDIA_DRIVER_CAPABILITIES", "all"),
-        ("MPS_ROOT", "/run/nvidia/mps"),
-    )
-)
+# What NVIDIA's operator sets for its device plugin image (assets/state-device-plugin and
+# TransformDevicePlugin); see _device_plugin_env for what depends on the policy.
+_DEVICE_PLUGIN_ENV = {
+    "PASS_DEVICE_SPECS": "true",
+    "FAIL_ON_INIT_ERROR": "true",
+    "DEVICE_LIST_STRATEGY": "envvar",
+    "DEVICE_ID_STRATEGY": "uuid",
+    "NVIDIA_VISIBLE_DEVICES": "all",
+    "NVIDIA_DRIVER_CAPABILITIES": "all",
+    "MPS_ROOT": "/run/nvidia/mps",
+}
 _POD_ENV = (
     {"name": "GPUCTRL_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     {"name": "GPUCTRL_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
@@ -142,12 +158,17 @@ def render_toolkit(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str,
         deploy_label="nvidia.com/gpu.deploy.container-toolkit",
     )
     objects = account_objects(policy, facts, "toolkit", _TOOLKIT_PERMISSIONS)
-    args = _toolkit_args(toolkit, runtime_handler(policy)) + ds.args
+    args = _toolkit_args(policy) + ds.args
     installer = {
         "image": image_reference(toolkit.runtime_image),
         "install_dir": toolkit.install_dir,
         "env": _installer_env(policy),
+        "cdi": policy.spec.cdi.enabled,
     }
+    writable = [
+        {"name": _volume_name(i, path), "path": path, "mount": TOOLKIT_HOST_ROOT + path}
+        for i, path in enumerate(toolkit_writable_paths(policy))
+    ]
     driver_validation = {
         "args": _DRIVER_VALIDATION_ARGS,
         "host_root": VALIDATOR_HOST_ROOT,
@@ -160,6 +181,9 @@ def render_toolkit(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str,
         installer=installer,
         driver_validation=driver_validation,
         ready_file=TOOLKIT_READY_FILE,
+        writable=writable,
+        status_dir=VALIDATOR_STATUS_DIR,
+        cdi_root=CDI_ROOT,
     )
 
 
@@ -170,8 +194,11 @@ def _runtime_dir(toolkit: ToolkitSpec) -> str:
 
 def _installer_env(policy: ClusterPolicy) -> list[dict[str, str]]:
     """The env of NVIDIA's installer: install into ``<installDir>/toolkit`` and exit, leaving
-    the node's containerd alone; the driver root is gpuctrl's driver container's when the
-    policy deploys one, else the host's (as GPU Operator's driver-ready file tells it)."""
+    the node's containerd alone. The driver root is gpuctrl's driver container's when the
+    policy deploys one, else the host's; the init container sources ``driver-ready`` over it,
+    as NVIDIA's entrypoint does. With CDI the installer also writes the management
+    containers' CDI spec to ``/var/run/cdi`` and puts the NVIDIA runtime in CDI mode (what
+    NVIDIA's operator sets for its toolkit image)."""
     toolkit = policy.spec.toolkit
     driver_root = VALIDATOR_DRIVER_ROOT if policy.spec.driver.enabled else _HOST_DRIVER_ROOT
     values = {
@@ -183,12 +210,53 @@ def _installer_env(policy: ClusterPolicy) -> list[dict[str, str]]:
         "RUNTIME_RESTART_MODE": "none",
         "NVIDIA_DRIVER_ROOT": driver_root,
         "NVIDIA_VISIBLE_DEVICES": "void",
+        "NVIDIA_CONTAINER_RUNTIME_MODES_CDI_DEFAULT_KIND": MANAGEMENT_CDI_KIND,
     }
+    if policy.spec.cdi.enabled:
+        values |= {
+            "CDI_ENABLED": "true",
+            "CDI_OUTPUT_DIR": CDI_ROOT,
+            "NVIDIA_CONTAINER_RUNTIME_MODE": "cdi",
+        }
     return [{"name": name, "value": value} for name, value in values.items()]
 
 
-def _toolkit_args(toolkit: ToolkitSpec, runtime_name: str) -> list[str]:
-    """``gpuctrl toolkit run`` options: fixed ones, then one per set containerd field."""
+def _volume_name(index: int, path: str) -> str:
+    """A volume name (a DNS label) that says which host folder it is: ``rw-1-etc-containerd``."""
+    slug = re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-")
+    return f"rw-{index}-{slug}"[:63].rstrip("-")
+
+
+def set_as_default(policy: ClusterPolicy) -> bool:
+    """Whether the NVIDIA runtime becomes the container runtime's default: as the policy says,
+    else as NVIDIA's operator does (not with CDI, which needs no runtime; without CDI it is
+    NVIDIA's installer's default, so pods without ``runtimeClassName`` keep getting GPUs)."""
+    explicit = policy.spec.toolkit.containerd.set_as_default
+    return explicit if explicit is not None else not policy.spec.cdi.enabled
+
+
+def toolkit_writable_paths(policy: ClusterPolicy) -> list[str]:
+    """The host folders the toolkit agent writes, each mounted read-write over the read-only
+    host root: its state folder, and the runtime's config folder. For containerd that is the
+    folder of ``configPath``, else of the distribution's config, else (detected per node) the
+    folders under which each distribution keeps it (``/var/lib/rancher``, ``/var/snap``: not
+    the folders whose presence the agent detects a distribution by)."""
+    containerd = policy.spec.toolkit.containerd
+    if policy.spec.operator.default_runtime == "crio":
+        configs = [_CRIO_DROP_IN_DIR]
+    elif containerd.config_path is not None:
+        configs = [posixpath.dirname(containerd.config_path)]
+    elif containerd.distribution is not None:
+        configs = [posixpath.dirname(str(CONTAINERD_DEFAULTS[containerd.distribution].config_path))]
+    else:
+        configs = list(_DETECTED_CONFIG_DIRS)
+    return [TOOLKIT_STATE_DIR, *configs]
+
+
+def _toolkit_args(policy: ClusterPolicy) -> list[str]:
+    """``gpuctrl toolkit run`` options: fixed ones, the runtime's, then one per set containerd
+    field."""
+    toolkit = policy.spec.toolkit
     containerd = toolkit.containerd
     args = [
         "toolkit",
@@ -200,10 +268,16 @@ def _toolkit_args(toolkit: ToolkitSpec, runtime_name: str) -> list[str]:
         "--state-dir",
         TOOLKIT_STATE_DIR,
         "--runtime-name",
-        runtime_name,
+        runtime_handler(policy),
         "--ready-file",
         TOOLKIT_READY_FILE,
     ]
+    if set_as_default(policy):
+        args.append("--set-as-default")
+    if policy.spec.operator.default_runtime == "crio":
+        return [*args, "--runtime", "crio"]
+    if policy.spec.cdi.enabled:
+        args.append("--enable-cdi")
     for option, value in (
         ("--distribution", containerd.distribution),
         ("--config", containerd.config_path),
@@ -213,8 +287,6 @@ def _toolkit_args(toolkit: ToolkitSpec, runtime_name: str) -> list[str]:
     ):
         if value is not None:
             args += [option, value]
-    if containerd.set_as_default:
-        args.append("--set-as-default")
     return args
 
 
@@ -337,6 +409,27 @@ def _check_user_templates(policy: ClusterPolicy, facts: ClusterFacts) -> None:
         raise RenderError(f"{path}: ConfigMap {name!r} lacks the key(s) {', '.join(missing)}")
 
 
+def _device_plugin_env(policy: ClusterPolicy) -> tuple[dict[str, str], ...]:
+    """The device plugin image's env as NVIDIA's operator sets it: the MIG strategy (MIG
+    devices monitored unless it is ``none``) and, with CDI, GPUs handed out as CDI devices
+    (annotations and the CRI field) with the CDI hook the installer put in the runtime dir."""
+    values = dict(_DEVICE_PLUGIN_ENV)
+    strategy = policy.spec.mig.strategy
+    values["MIG_STRATEGY"] = strategy
+    if strategy != "none":
+        values["NVIDIA_MIG_MONITOR_DEVICES"] = "all"
+    if policy.spec.cdi.enabled:
+        values |= {
+            "CDI_ENABLED": "true",
+            "DEVICE_LIST_STRATEGY": "cdi-annotations,cdi-cri",
+            "CDI_ANNOTATION_PREFIX": "cdi.k8s.io/",
+        }
+        if policy.spec.toolkit.enabled:
+            hook = posixpath.join(_runtime_dir(policy.spec.toolkit), "nvidia-cdi-hook")
+            values["NVIDIA_CDI_HOOK_PATH"] = hook
+    return tuple({"name": name, "value": value} for name, value in values.items())
+
+
 def render_device_plugin(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any]]:
     """NVIDIA's device plugin's account and DaemonSet (nothing when disabled): the env NVIDIA's
     operator gives its image, started once the validator's toolkit check passed (an init
@@ -351,7 +444,7 @@ def render_device_plugin(policy: ClusterPolicy, facts: ClusterFacts) -> list[dic
         plugin,
         "gpuctrl-device-plugin",
         deploy_label="nvidia.com/gpu.deploy.device-plugin",
-        image_env=_DEVICE_PLUGIN_ENV,
+        image_env=_device_plugin_env(policy),
     )
     objects = account_objects(policy, facts, "device-plugin", _DEVICE_PLUGIN_PERMISSIONS)
     return objects + render_template(

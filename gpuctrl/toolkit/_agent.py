@@ -410,8 +410,9 @@ def _describe(p: FilePlan) -> str:
         if c.kind == "table":
             parts.append(f"{'updated' if c.previous else 'added'} [{name}]")
         elif c.kind == "key":
-            was = "unset" if c.previous is None else repr(c.previous)
-            parts.append(f"set {name} = {c.value!r} (was {was})")
+            now = t.value(c.value, "'")
+            was = "unset" if c.previous is None else t.value(c.previous, "'")
+            parts.append(f"set {name} = {now} (was {was})")
         elif c.kind == "import":
             parts.append(f"added {c.value!r} to imports")
     return "; ".join(parts) or "rewritten"

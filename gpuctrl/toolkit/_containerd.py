@@ -178,8 +178,9 @@ def add_runtimes(text: str, settings: Settings) -> Edit:
     """Add the NVIDIA runtimes to the containerd config ``text``; idempotent.
 
     Existing runtime tables of the same names are updated in place; ``default_runtime_name``
-    is set when ``settings.set_as_default``. Raises :class:`InvalidConfig` for a document it
-    cannot edit safely (see :func:`load_config`, and runtimes written as dotted keys).
+    is set when ``settings.set_as_default``, ``enable_cdi`` when ``settings.enable_cdi``.
+    Raises :class:`InvalidConfig` for a document it cannot edit safely (see
+    :func:`load_config`, and runtimes written as dotted keys).
     """
     data, version = load_config(text)
     cri = cri_path(data, version)
@@ -202,9 +203,9 @@ def add_runtimes(text: str, settings: Settings) -> Edit:
         layout = parse_layout("".join(lines))
         changes.append(_put_runtime(lines, layout, rt_path, source, name, table))
         t.set_in(expected, (*rt_path, name), table)
-    if settings.set_as_default:
-        changes += _set_default(lines, data, cri, settings.runtime_name)
-        t.set_in(expected, (*cri, "containerd", "default_runtime_name"), settings.runtime_name)
+    for owner, key, value in settings.keys(cri):
+        changes += _set_key(lines, data, owner, key, value)
+        t.set_in(expected, (*owner, key), value)
     new = "".join(lines)
     return Edit(t.verify(new, expected), tuple(changes), notes)
 
@@ -323,33 +324,39 @@ def _ended(line: str, nl: str) -> str:
     return line if line.endswith("\n") else line + nl
 
 
-def _set_default(lines: list[str], data: dict[str, Any], cri: Path, name: str) -> list[Change]:
-    """Set ``default_runtime_name`` to ``name`` in the containerd table, creating its header."""
-    path = (*cri, "containerd", "default_runtime_name")
+def _set_key(
+    lines: list[str], data: dict[str, Any], table: Path, key: str, value: str | bool
+) -> list[Change]:
+    """Set ``key`` of ``table`` to ``value``, creating the table's header when it has none."""
+    path = (*table, key)
     previous = t.get_in(data, path)
-    if previous == name:
+    if previous == value and type(previous) is type(value):
         return []
-    if previous is not t.MISSING and not isinstance(previous, str):
-        raise InvalidConfig(f"key {t.dotted(path)} is not a string")
+    if previous is not t.MISSING and type(previous) is not type(value):
+        kind = "a string" if isinstance(value, str) else "a boolean"
+        raise InvalidConfig(f"key {t.dotted(path)} is not {kind}")
     layout = parse_layout("".join(lines))
-    owner = layout.header(path[:-1])
-    value = f"default_runtime_name = {t.string(name, value_quote(lines))}{layout.newline}"
+    owner = layout.header(table)
+    spelled = t.value(value, value_quote(lines))
+    row = f"{format_key(key)} = {spelled}{layout.newline}"
     if owner is None:
-        at = min((h.line for h in layout.within(path[:-1])), default=len(lines))
-        indent = layout.child_indent(None, path[:-1])
-        raw = t.raw_path(layout, path[:-1])
-        block = [t.header_line(indent, raw, layout.newline), indent + layout.step() + value]
+        at = min((h.line for h in layout.within(table)), default=len(lines))
+        indent = layout.child_indent(None, table)
+        raw = t.raw_path(layout, table)
+        block = [t.header_line(indent, raw, layout.newline), indent + layout.step() + row]
         sep = [layout.newline] if layout.blank_between_tables() and at > 0 else []
         block = [*sep, *block] if at == len(lines) else [*block, *sep]
         t.insert_lines(lines, at, block, layout.newline)
-        return [Change("header", path[:-1]), Change("key", path, None, name)]
-    found = t.key_line(layout, owner, "default_runtime_name")
+        return [Change("header", table), Change("key", path, None, value)]
+    found = t.key_line(layout, owner, key)
     if found:
         index, match = found
-        lines[index] = t.replace_value(match, t.string(name, t.quote_of(match["value"])))
+        quote = t.quote_of(match["value"]) if isinstance(value, str) else '"'
+        lines[index] = t.replace_value(match, t.value(value, quote))
     elif previous is t.MISSING:
-        row = layout.key_indent(owner) + value
-        t.insert_lines(lines, layout.block_end(owner), [row], layout.newline)
+        t.insert_lines(
+            lines, layout.block_end(owner), [layout.key_indent(owner) + row], layout.newline
+        )
     else:
         raise InvalidConfig(f"key {t.dotted(path)}: cannot find its line to edit it")
-    return [Change("key", path, None if previous is t.MISSING else previous, name)]
+    return [Change("key", path, None if previous is t.MISSING else previous, value)]

@@ -87,8 +87,8 @@ def containerd_drop_in(
     _, runtimes, notes = runtime_tables({cri[0]: {cri[1]: effective}}, cri, settings)
     for name, runtime in runtimes.items():
         t.set_in(table, ("containerd", "runtimes", name), runtime)
-    if settings.set_as_default:
-        t.set_in(table, ("containerd", "default_runtime_name"), settings.runtime_name)
+    for path, key, value in settings.keys(()):
+        t.set_in(table, (*path, key), value)
     check_later(version, after, drop_in, settings)
     import tomlkit  # only drop-in mode needs it: keep it out of the agent's start-up
 
@@ -117,8 +117,7 @@ def check_later(
     keys: list[tuple[str, ...]] = [
         ("containerd", "runtimes", name) for name, _ in settings.runtimes()
     ]
-    if settings.set_as_default:
-        keys.append(("containerd", "default_runtime_name"))
+    keys += [(*path, key) for path, key, _ in settings.keys(())]
     for source in later:
         theirs = t.get_in(source.data, cri)
         if not isinstance(theirs, dict):

@@ -75,12 +75,8 @@ def _revert_key(
         t.delete_in(expected, change.path)
     else:
         previous = change.previous
-        value = (
-            t.string(previous, t.quote_of(match["value"]))
-            if isinstance(previous, str)
-            else previous
-        )
-        lines[index] = t.replace_value(match, str(value))
+        quote = t.quote_of(match["value"]) if isinstance(previous, str) else '"'
+        lines[index] = t.replace_value(match, t.value(previous, quote))
         t.set_in(expected, change.path, change.previous)
 
 

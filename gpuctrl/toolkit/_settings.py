@@ -27,6 +27,7 @@ class Settings:
     runtime_dir: str
     runtime_name: str = "nvidia"  # renames the first runtime only, as NVIDIA's installer does
     set_as_default: bool = False
+    enable_cdi: bool = False  # containerd's own CDI support, for the device plugin's CDI devices
 
     def __post_init__(self) -> None:
         """Refuse settings that cannot be right whatever the config: raises
@@ -57,6 +58,15 @@ class Settings:
             )
             for suffix, name in _VARIANTS
         )
+
+    def keys(self, cri: tuple[str, ...]) -> tuple[tuple[tuple[str, ...], str, str | bool], ...]:
+        """``(table, key, value)`` of each key install sets under the CRI plugin table ``cri``."""
+        keys: list[tuple[tuple[str, ...], str, str | bool]] = []
+        if self.set_as_default:
+            keys.append(((*cri, "containerd"), "default_runtime_name", self.runtime_name))
+        if self.enable_cdi:
+            keys.append((cri, "enable_cdi", True))
+        return tuple(keys)
 
 
 @dataclass(frozen=True)

@@ -157,11 +157,12 @@ def remove_tables(lines: list[str], layout: Layout, path: Path) -> tuple[int, st
 
 
 def key_line(layout: Layout, owner: Header | None, key: str) -> tuple[int, re.Match[str]] | None:
-    """Find ``key = <string or integer>`` in ``owner``'s block (the top level when None)."""
+    """Find ``key = <string, integer or boolean>`` in ``owner``'s block (the top level when
+    None)."""
     pattern = re.compile(
         r"(?P<indent>[ \t]*)(?:%s|\"%s\"|'%s')(?P<eq>[ \t]*=[ \t]*)"
         r"(?P<value>'''[^\n]*?'''|\"\"\"(?:[^\\\n]|\\.)*?\"\"\"|\"(?:[^\"\\]|\\.)*\"|'[^']*'"
-        r"|[+-]?[0-9_]+)(?P<rest>.*?)(?P<eol>\r?\n?)$" % ((re.escape(key),) * 3)
+        r"|[+-]?[0-9_]+|true|false)(?P<rest>.*?)(?P<eol>\r?\n?)$" % ((re.escape(key),) * 3)
     )
     rows = layout.body(owner) if owner else layout.top_level()
     for index in rows:

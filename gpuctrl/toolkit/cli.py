@@ -261,7 +261,8 @@ def _given(args: argparse.Namespace) -> _Layout:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return Settings(args.runtime_dir, args.runtime_name, args.set_as_default)
+    enable_cdi = args.enable_cdi and args.runtime == "containerd"  # CRI-O has CDI on already
+    return Settings(args.runtime_dir, args.runtime_name, args.set_as_default, enable_cdi)
 
 
 def _add_common_options(parser: argparse.ArgumentParser) -> None:
@@ -315,6 +316,12 @@ def _add_install_options(parser: argparse.ArgumentParser) -> None:
         "--runtime-name", default="nvidia", help="name of the first runtime (default: nvidia)"
     )
     parser.add_argument("--set-as-default", action="store_true", help="make it the default runtime")
+    parser.add_argument(
+        "--enable-cdi",
+        action="store_true",
+        help="containerd: turn on its CDI support (enable_cdi), so containers get the CDI"
+        " devices the device plugin names (CRI-O has it on already)",
+    )
     parser.add_argument(
         "--drop-in",
         help="put the runtimes in this file and import it from the main config"

@@ -2,8 +2,9 @@
 containerd 1.6, 1.7 and 2.1 (Debian bookworm, trixie, forky; unpacked by
 hack/containerd-versions.sh): for every layout, in place and in drop-in mode, the configuration
 containerd loads after install is the one before plus the NVIDIA runtimes (and the default
-runtime), and after cleanup the one before. Layouts with several files (drop-ins of others in
-conf.d, a glob import, credentials in a 0600 file) check that no other file's setting is lost."""
+runtime, and containerd's CDI support on), and after cleanup the one before. Layouts with
+several files (drop-ins of others in conf.d, a glob import, credentials in a 0600 file) check
+that no other file's setting is lost."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ CACHE = Path(
     os.environ.get("GPUCTRL_CONTAINERD_CACHE", Path.home() / ".cache" / "gpuctrl" / "containerd")
 )
 SUITES = {"bookworm": "1.6", "trixie": "1.7", "forky": "2.1"}
-SETTINGS = Settings("/usr/local/nvidia/toolkit", set_as_default=True)
+SETTINGS = Settings("/usr/local/nvidia/toolkit", set_as_default=True, enable_cdi=True)
 NVIDIA = ("nvidia", "nvidia-cdi", "nvidia-legacy")
 CRI = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 
@@ -168,6 +169,8 @@ def _assert_before_plus_runtimes(
 ) -> None:
     containerd = after["plugins"][cri]["containerd"]
     assert containerd["default_runtime_name"] == "nvidia"
+    # containerd 1.6 has no CDI support: it drops the key (docs/operator.md says so).
+    assert after["plugins"][cri].get("enable_cdi", "1.6") in (True, "1.6")
     runtimes = containerd["runtimes"]
     old = before["plugins"][cri]["containerd"]
     default = old["default_runtime_name"]
@@ -191,6 +194,8 @@ def _assert_before_plus_runtimes(
     stripped = copy.deepcopy(after)
     stripped_containerd = stripped["plugins"][cri]["containerd"]
     stripped_containerd["default_runtime_name"] = default
+    if "enable_cdi" in before["plugins"][cri]:
+        stripped["plugins"][cri]["enable_cdi"] = before["plugins"][cri]["enable_cdi"]
     for name in NVIDIA:
         if name not in old["runtimes"]:
             stripped_containerd["runtimes"].pop(name)

@@ -1,6 +1,7 @@
 """``gpuctrl migrate`` on a realistic NVIDIA ClusterPolicy."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -24,6 +25,7 @@ def test_conversion_carries_shared_fields_and_lists_the_rest() -> None:
     assert spec.driver.resources is not None
     assert spec.driver.resources.requests == {"cpu": "200m", "memory": "512Mi"}
     assert spec.daemonsets.labels == {"site.example.com/tier": "gpu"}
+    assert spec.mig.strategy == "single"
     assert spec.daemonsets.rolling_update.max_unavailable == 1
     # NVIDIA's toolkit env becomes gpuctrl's containerd settings; the rest stays env.
     assert spec.toolkit.containerd.config_path == "/etc/containerd/config.toml"
@@ -44,7 +46,6 @@ def test_conversion_carries_shared_fields_and_lists_the_rest() -> None:
     lost = {line.split(":")[0] for line in migration.dropped}
     for path in (
         "spec.hostPaths",
-        "spec.mig",
         "spec.dcgmExporter",
         "spec.operator.initContainer",
         "spec.driver.manager",
@@ -82,3 +83,43 @@ def test_cli_exit_2_on_wrong_input(tmp_path: Path, capsys: pytest.CaptureFixture
     out, err = capsys.readouterr()
     assert out == ""
     assert "expected an nvidia.com/v1 ClusterPolicy, got v1/Pod" in err
+
+
+def _migrated(spec: dict[str, Any]) -> Any:
+    return from_nvidia({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "spec": spec})
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_cdi_and_mig_carry_nvidias_meaning(enabled: bool) -> None:
+    spec = {"cdi": {"enabled": enabled, "default": True, "nriPluginEnabled": False}}
+    spec["mig"] = {"strategy": "mixed"}
+    migration = _migrated(spec)
+    # cdi.default is "no longer used" in NVIDIA's CRD: nothing to carry, nothing lost.
+    assert migration.policy["spec"]["cdi"] == {"enabled": enabled}
+    assert migration.policy["spec"]["mig"] == {"strategy": "mixed"}
+    assert migration.dropped == []
+    policy = load_cluster_policy(migration.policy)
+    assert policy.spec.cdi.enabled is enabled
+
+
+def test_the_nri_plugin_is_named_as_not_carried() -> None:
+    assert _migrated({"cdi": {"nriPluginEnabled": True}}).dropped == [
+        "spec.cdi.nriPluginEnabled: not supported by gpuctrl"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("runtime", "carried", "dropped"),
+    [("crio", "crio", []), ("containerd", "containerd", []), ("docker", None, [])],
+)
+def test_default_runtime(runtime: str, carried: str | None, dropped: list[str]) -> None:
+    migration = _migrated({"operator": {"defaultRuntime": runtime}})
+    assert migration.policy["spec"].get("operator", {}).get("defaultRuntime") == carried
+    assert migration.dropped == dropped
+
+
+@pytest.mark.parametrize("name", ["CONTAINERD_SET_AS_DEFAULT", "NVIDIA_RUNTIME_SET_AS_DEFAULT"])
+def test_nvidias_set_as_default_env_is_the_setting(name: str) -> None:
+    env = [{"name": name, "value": "false"}]
+    migration = _migrated({"toolkit": {"env": env}})
+    assert migration.policy["spec"]["toolkit"] == {"containerd": {"setAsDefault": False}}

@@ -23,6 +23,7 @@ DRIVER = "nvidia.com/gpu.deploy.driver"
 PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
 TOOLKIT = "nvidia.com/gpu.deploy.container-toolkit"
 VALIDATOR = "nvidia.com/gpu.deploy.operator-validator"
+FROM = "gpuctrl.io/gpu-present-from"
 ALL = ("driver", "toolkit", "validator", "device-plugin")
 
 
@@ -32,7 +33,8 @@ ALL = ("driver", "toolkit", "validator", "device-plugin")
         pytest.param(
             {NFD: "true"},
             ALL,
-            {PRESENT: "true", DRIVER: "true", TOOLKIT: "true", VALIDATOR: "true", PLUGIN: "true"},
+            {PRESENT: "true", FROM: "nfd", DRIVER: "true", TOOLKIT: "true", VALIDATOR: "true"}
+            | {PLUGIN: "true"},
             id="new-gpu-node",
         ),
         pytest.param(
@@ -69,12 +71,25 @@ ALL = ("driver", "toolkit", "validator", "device-plugin")
             id="operands-false",
         ),
         pytest.param(
-            {PRESENT: "true", DRIVER: "true", PLUGIN: "false"},
+            {PRESENT: "true", FROM: "nfd", DRIVER: "true", PLUGIN: "false"},
             ALL,
-            {PRESENT: "false", DRIVER: None},
+            {PRESENT: "false", FROM: None, DRIVER: None},
             id="gpu-gone",
         ),
         pytest.param({PRESENT: "false"}, ALL, {}, id="gpu-gone-settled"),
+        pytest.param(
+            {PRESENT: "true", DRIVER: "true", PLUGIN: "false"},
+            ("driver", "toolkit"),
+            {TOOLKIT: "true"},
+            id="marked-by-someone-else-without-nfd",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true"},
+            ("driver",),
+            {DRIVER: "true"},
+            id="nvidias-mark-kept-as-it-is",
+        ),
+        pytest.param({PRESENT: "false", FROM: "nfd"}, ALL, {FROM: None}, id="stale-mark-removed"),
     ],
 )
 def test_label_changes(

@@ -18,7 +18,6 @@ SAMPLE = Path(__file__).parents[2] / "data" / "nvidia" / "v1_clusterpolicy.yaml"
 # is a change users moving over will see: review it, then update the list.
 SAMPLE_NOT_CARRIED = [
     "spec.operator.use_ocp_driver_toolkit: not supported by gpuctrl",
-    "spec.mig: gpuctrl has no mig operand",
     "spec.gfd: gpuctrl has no gfd operand",
     "spec.dcgm: gpuctrl has no dcgm operand",
     "spec.dcgmExporter: gpuctrl has no dcgmExporter operand",

@@ -377,7 +377,7 @@ def test_toolkit_passes_the_set_containerd_settings_as_options() -> None:
         "toolkit", "run", "--host-root", "/host", "--runtime-dir", "/opt/nvidia/toolkit",
         "--state-dir", "/var/lib/gpuctrl/toolkit", "--runtime-name", "gpu",
         "--ready-file", "/run/gpuctrl/toolkit-ready",
-        "--distribution", "k3s", "--set-as-default",
+        "--set-as-default", "--enable-cdi", "--distribution", "k3s",
     ]  # fmt: skip
     # Ready only once the agent would clean up on SIGTERM: the file it writes then.
     probe = container["readinessProbe"]["exec"]["command"]
@@ -468,7 +468,7 @@ def test_toolkit_init_container_runs_nvidias_installer_from_the_policys_runtime_
     assert installer["image"] == "mirror.example.com/nvidia/container-toolkit:v1.17.8-ubi8"
     assert installer["command"] == ["sh", "-c"]
     [script] = installer["args"]
-    assert script.split("\n")[1:3] == [
+    assert script.split("\n")[-3:-1] == [
         "nvidia-toolkit",
         'test -x "$RUNTIME_DIR/nvidia-container-runtime"',
     ]
@@ -481,8 +481,16 @@ def test_toolkit_init_container_runs_nvidias_installer_from_the_policys_runtime_
         "RUNTIME_RESTART_MODE": "none",
         "NVIDIA_DRIVER_ROOT": "/run/nvidia/driver",
         "NVIDIA_VISIBLE_DEVICES": "void",
+        "NVIDIA_CONTAINER_RUNTIME_MODES_CDI_DEFAULT_KIND": "management.nvidia.com/gpu",
+        "CDI_ENABLED": "true",
+        "CDI_OUTPUT_DIR": "/var/run/cdi",
+        "NVIDIA_CONTAINER_RUNTIME_MODE": "cdi",
     }
-    assert installer["volumeMounts"] == [{"name": "install-dir", "mountPath": "/opt/nvidia"}]
+    mounts = {m["mountPath"]: m for m in installer["volumeMounts"]}
+    assert mounts["/opt/nvidia"]["name"] == "install-dir"
+    assert mounts["/var/run/cdi"]["name"] == "cdi-root"
+    assert mounts["/host"]["readOnly"]
+    assert mounts["/run/nvidia"]["readOnly"]
     volume = next(v for v in pod["volumes"] if v["name"] == "install-dir")
     assert volume["hostPath"] == {"path": "/opt/nvidia", "type": "DirectoryOrCreate"}
     assert pod["imagePullSecrets"] == [{"name": "s"}]

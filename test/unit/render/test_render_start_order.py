@@ -124,7 +124,7 @@ def test_the_device_plugin_starts_with_the_drivers_roots(
     [container] = pod_of("device-plugin", spec)["containers"]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert env["PASS_DEVICE_SPECS"] == env["FAIL_ON_INIT_ERROR"] == "true"
-    assert env["DEVICE_LIST_STRATEGY"] == "envvar"
+    assert env["DEVICE_LIST_STRATEGY"] == "cdi-annotations,cdi-cri"
     assert env["DEVICE_ID_STRATEGY"] == "uuid"
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert mounts["/host"]["readOnly"]

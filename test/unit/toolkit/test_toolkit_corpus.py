@@ -30,17 +30,23 @@ CORPUS["missing"] = None
 VERSION_1 = {"no-version"}  # containerd 1.x reads these without a version key
 LAYOUTS = [pytest.param(data, id=name) for name, data in CORPUS.items()]
 DROP_IN_LAYOUTS = [pytest.param(data, id=n) for n, data in CORPUS.items() if n not in VERSION_1]
-BOTH = pytest.mark.parametrize("default", [True, False], ids=["set-as-default", "keep-default"])
+# The modes the operator renders: legacy (the default runtime), CDI (containerd's CDI support,
+# the default left alone), and neither (the policy's setAsDefault: false without CDI).
+BOTH = pytest.mark.parametrize(
+    "default", [True, False, "cdi"], ids=["set-as-default", "keep-default", "cdi"]
+)
 
 
-def _settings(default: bool) -> Settings:
-    return Settings("/usr/local/nvidia/toolkit", set_as_default=default)
+def _settings(default: bool | str) -> Settings:
+    if default == "cdi":
+        return Settings("/usr/local/nvidia/toolkit", enable_cdi=True)
+    return Settings("/usr/local/nvidia/toolkit", set_as_default=bool(default))
 
 
 @BOTH
 @pytest.mark.parametrize("original", LAYOUTS)
 def test_pure_edit_is_idempotent_and_reverts_exactly(
-    original: bytes | None, default: bool, runc: Callable[[bytes | None], Any], copies: Any
+    original: bytes | None, default: bool | str, runc: Callable[[bytes | None], Any], copies: Any
 ) -> None:
     text, settings = (original or b"").decode(errors="surrogateescape"), _settings(default)
     edit = add_runtimes(text, settings)
@@ -57,6 +63,12 @@ def test_pure_edit_is_idempotent_and_reverts_exactly(
     assert runtimes["nvidia"]["options"]["BinaryName"].endswith("/nvidia-container-runtime")
     assert runtimes["nvidia-cdi"]["options"]["BinaryName"].endswith(".cdi")
     assert runtimes["nvidia-legacy"]["options"]["BinaryName"].endswith(".legacy")
+    data, version = load_config(edit.text)
+    plugin = data
+    for key in cri_path(data, version):
+        plugin = plugin[key]
+    assert plugin.get("enable_cdi") is (True if settings.enable_cdi else plugin.get("enable_cdi"))
+    assert ("default_runtime_name" in plugin["containerd"]) >= settings.set_as_default
 
 
 @pytest.mark.parametrize("original", LAYOUTS)
@@ -73,7 +85,9 @@ def test_install_keeps_every_line_of_the_user(original: bytes | None) -> None:
 
 @BOTH
 @pytest.mark.parametrize("original", LAYOUTS)
-def test_install_cleanup_round_trip(original: bytes | None, default: bool, properties: Any) -> None:
+def test_install_cleanup_round_trip(
+    original: bytes | None, default: bool | str, properties: Any
+) -> None:
     properties.round_trip(original, _settings(default), drop_in=False)
 
 
