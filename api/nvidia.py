@@ -54,6 +54,31 @@ _TOOLKIT_ENV = {
     "NVIDIA_RUNTIME_SET_AS_DEFAULT": "setAsDefault",
     "RUNTIME_RESTART_MODE": "restartMode",
 }
+# NVIDIA's validator reads these from a check's env; gpuctrl's agent reads none of them.
+_VALIDATOR_ENV = {
+    "WITH_WORKLOAD": "gpuctrl's cuda and plugin checks always run their workload pod",
+    "WITH_WAIT": "gpuctrl's checks wait as their DaemonSet says",
+    "SLEEP_INTERVAL_SECONDS": "gpuctrl's checks wait as their DaemonSet says",
+    "DISABLE_DEV_CHAR_SYMLINK_CREATION": "gpuctrl's validator creates no /dev/char links",
+    "CREATE_DEV_CHAR_SYMLINKS": "gpuctrl's validator creates no /dev/char links",
+}
+# NVIDIA's toolkit env gpuctrl's agent does not read, and why.
+_TOOLKIT_ENV_IGNORED = {
+    "RUNTIME_CONFIG_SOURCE": "gpuctrl's agent reads the config files themselves, never"
+    " `containerd config dump`",
+}
+# k3s/RKE2 config paths NVIDIA's chart sets: the distribution regenerates that file from its
+# template, which is what gpuctrl's agent edits when told the distribution.
+_GENERATED_CONFIGS = {
+    "/var/lib/rancher/k3s/agent/etc/containerd/config.toml": "k3s",
+    "/var/lib/rancher/rke2/agent/etc/containerd/config.toml": "rke2",
+}
+# NVIDIA's defaults that mean "nothing set": not reported when left as they are.
+_NVIDIA_DEFAULTS = {
+    ("hostPaths", "rootFS"): "/",
+    ("hostPaths", "driverInstallDir"): "/run/nvidia/driver",
+    ("driver", "licensingConfig", "nlsEnabled"): True,
+}
 _VALIDATOR_CHECK_FIELDS = ("env",)
 _REPO_FIELDS = ("configMapName",)
 _CERT_FIELDS = ("name",)
@@ -61,10 +86,12 @@ _CERT_FIELDS = ("name",)
 
 @dataclass(frozen=True)
 class Migration:
-    """A converted ClusterPolicy (a mapping) and ``dropped``: "path: reason" of each lost field."""
+    """A converted ClusterPolicy (a mapping); ``dropped``: "path: reason" of each setting not
+    carried over; ``lacking``: the path of each enabled NVIDIA operand gpuctrl does not have."""
 
     policy: dict[str, Any]
     dropped: list[str]
+    lacking: list[str]
 
 
 def from_nvidia(nvidia: Mapping[str, Any]) -> Migration:
@@ -73,14 +100,26 @@ def from_nvidia(nvidia: Mapping[str, Any]) -> Migration:
         found = f"{nvidia.get('apiVersion')}/{nvidia.get('kind')}"
         raise ValueError(f"expected an nvidia.com/v1 ClusterPolicy, got {found}")
     dropped: list[str] = []
+    lacking: list[str] = []
     metadata = nvidia.get("metadata") or {}
     spec: dict[str, Any] = {}
     given = nvidia.get("spec")
-    for section, value in unset_empty(given if isinstance(given, Mapping) else {}).items():
+    given = _without_defaults(unset_empty(given if isinstance(given, Mapping) else {}))
+    driver = given.get("driver")
+    if isinstance(driver, Mapping) and driver.get("useNvidiaDriverCRD") is True:
+        raise ValueError(
+            "spec.driver.useNvidiaDriverCRD is true: the driver is set up by NVIDIADriver"
+            " objects, which gpuctrl does not read; put the NVIDIADriver's repository, image"
+            " and version into spec.driver (or set spec.driver.enabled: false for a"
+            " preinstalled driver) and migrate again"
+        )
+    for section, value in given.items():
         path = f"spec.{section}"
         if section not in _CARRIED:
-            if _is_set(value):
-                dropped.append(f"{path}: gpuctrl has no {section} operand")
+            if _is_set(value) and section in _OPERANDS:
+                lacking.append(path)
+            elif _is_set(value):
+                dropped.append(f"{path}: not supported by gpuctrl")
             continue
         carried = _section(section, value, path, dropped)
         if carried:
@@ -91,7 +130,37 @@ def from_nvidia(nvidia: Mapping[str, Any]) -> Migration:
         "metadata": {"name": metadata.get("name", "gpu-cluster-policy")},
         "spec": spec,
     }
-    return Migration(policy, dropped)
+    return Migration(policy, dropped, lacking)
+
+
+# NVIDIA's sections that are operands (a DaemonSet each); the others are settings.
+_OPERANDS = (
+    "gfd", "dcgm", "dcgmExporter", "migManager", "nodeStatusExporter", "gds", "gdrcopy",
+    "vgpuManager", "vgpuDeviceManager", "vfioManager", "sandboxDevicePlugin", "kataManager",
+    "ccManager", "kataSandboxDevicePlugin",
+)  # fmt: skip
+
+
+def _without_defaults(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` less the fields that hold NVIDIA's meaningless defaults (`_NVIDIA_DEFAULTS`)."""
+    out = dict(spec)
+    for path, default in _NVIDIA_DEFAULTS.items():
+        parents = [out]
+        for key in path[:-1]:
+            child = parents[-1].get(key)
+            if not isinstance(child, Mapping):
+                break
+            parents.append(dict(child))
+        else:
+            if parents[-1].get(path[-1]) == default:
+                del parents[-1][path[-1]]
+                for depth in range(len(path) - 1, 0, -1):
+                    parent, key = parents[depth - 1], path[depth - 1]
+                    if parents[depth]:
+                        parent[key] = parents[depth]
+                    else:
+                        parent.pop(key, None)
+    return out
 
 
 def unset_empty(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,9 +186,15 @@ def _section(
     out: dict[str, Any] = {}
     for key, field in value.items():
         where = f"{path}.{key}"
-        if section == "toolkit" and key in _IMAGE:
-            # gpuctrl's agent runs the toolkit; NVIDIA's image still supplies the runtime.
-            out.setdefault("runtimeImage", {})[key] = field
+        if key == "image" and section in ("driver", "toolkit", "devicePlugin"):
+            image = _image_fields(value)
+            target = out.setdefault("runtimeImage", {}) if section == "toolkit" else out
+            target.update(image)
+        elif key in ("repository", "version") and section in ("driver", "toolkit", "devicePlugin"):
+            if "image" in value and _is_reference(value["image"]):
+                continue  # the full reference in image wins, as in NVIDIA's imagePath
+            target = out.setdefault("runtimeImage", {}) if section == "toolkit" else out
+            target[key] = field
         elif section == "validator" and key in _IMAGE:
             dropped.append(f"{where}: gpuctrl runs its own validator agent image")
         elif key in _NO_OP.get(section, ()):
@@ -135,7 +210,14 @@ def _section(
         elif section == "toolkit" and key == "env":
             _toolkit_env(field or [], out, where, dropped)
         elif section == "validator" and key in ("driver", "toolkit", "cuda", "plugin"):
-            out[key] = _only(field or {}, _VALIDATOR_CHECK_FIELDS, where, dropped)
+            check = _only(field or {}, _VALIDATOR_CHECK_FIELDS, where, dropped)
+            if "env" in check:
+                check["env"] = _validator_env(check["env"], f"{where}.env", dropped)
+            out[key] = {k: v for k, v in check.items() if v}
+        elif section == "validator" and key == "env":
+            env = _validator_env(field, where, dropped)
+            if env:
+                out[key] = env
         elif section == "daemonsets" and key == "rollingUpdate":
             out[key] = _rolling_update(_only(field, ("maxUnavailable",), where, dropped))
         elif section == "driver" and key in ("repoConfig", "certConfig"):
@@ -144,6 +226,40 @@ def _section(
         else:
             out[key] = field
     return out
+
+
+def _is_reference(image: Any) -> bool:
+    return isinstance(image, str) and ("/" in image or ":" in image or "@" in image)
+
+
+def _image_fields(section: Mapping[str, Any]) -> dict[str, str]:
+    """gpuctrl's repository/image/version for NVIDIA's ``image`` (and its repository and
+    version): a full reference in ``image`` (``registry/path/name:tag`` or ``...@sha256:...``)
+    wins over the other two, as NVIDIA's imagePath takes it; an untagged one is ``latest``."""
+    image = section["image"]
+    if not _is_reference(image):
+        return {"image": image}
+    name, digest = image.split("@", 1) if "@" in image else (image, None)
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    tag = name[colon + 1 :] if colon > slash else None
+    name = name[:colon] if colon > slash else name
+    repository, _, base = name.rpartition("/")
+    fields = {"image": base, "version": digest or tag or "latest"}
+    return {"repository": repository, **fields} if repository else fields
+
+
+def _validator_env(
+    env: list[Mapping[str, Any]], path: str, dropped: list[str]
+) -> list[Mapping[str, Any]]:
+    kept = []
+    for index, variable in enumerate(env):
+        why = _VALIDATOR_ENV.get(str(variable.get("name", "")))
+        if why is None:
+            kept.append(variable)
+        else:
+            dropped.append(f"{path}[{index}] {variable.get('name')}: {why}")
+    return kept
 
 
 def _rolling_update(value: dict[str, Any]) -> dict[str, Any]:
@@ -170,8 +286,13 @@ def _toolkit_env(
     containerd: dict[str, Any] = {}
     plain = []
     for index, variable in enumerate(env):
-        field = _TOOLKIT_ENV.get(variable.get("name", ""))
-        if field is None:
+        name = variable.get("name", "")
+        field = _TOOLKIT_ENV.get(name)
+        if name in _TOOLKIT_ENV_IGNORED:
+            dropped.append(f"{path}[{index}] {name}: {_TOOLKIT_ENV_IGNORED[name]}")
+        elif field == "configPath" and variable.get("value") in _GENERATED_CONFIGS:
+            containerd["distribution"] = _GENERATED_CONFIGS[variable["value"]]
+        elif field is None:
             plain.append(dict(variable))
         elif field == "setAsDefault":
             containerd[field] = str(variable.get("value", "")).lower() in ("true", "1")

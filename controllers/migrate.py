@@ -1,7 +1,8 @@
 """``gpuctrl migrate``: convert NVIDIA's ClusterPolicy to gpuctrl's.
 
-Prints the ``gpuctrl.io/v1alpha1`` ClusterPolicy on stdout and, on stderr, each field that
-could not be carried over. Exits 2, printing nothing on stdout, when the input is not an
+Prints the ``gpuctrl.io/v1alpha1`` ClusterPolicy on stdout and, on stderr, each setting that
+could not be carried over (``not carried over: PATH: why``), then one line naming the enabled
+operands gpuctrl does not have. Exits 2, printing nothing on stdout, when the input is not an
 ``nvidia.com/v1`` ClusterPolicy or the result does not validate.
 """
 
@@ -40,5 +41,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for lost in migration.dropped:
         print(f"not carried over: {lost}", file=sys.stderr)
+    if migration.lacking:
+        print(f"operands gpuctrl lacks: {', '.join(migration.lacking)}", file=sys.stderr)
     sys.stdout.write(yaml.safe_dump(migration.policy, sort_keys=False))
     return 0

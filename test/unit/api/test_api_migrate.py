@@ -41,19 +41,21 @@ def test_conversion_carries_shared_fields_and_lists_the_rest() -> None:
         "container-toolkit",
         "v1.17.3-ubuntu20.04",
     )
-    assert spec.validator.plugin.env[0].name == "WITH_WORKLOAD"
+    # NVIDIA's validator env means nothing to gpuctrl's agent: listed, not carried.
+    assert not spec.validator.plugin.env
+    assert any("plugin.env[0] WITH_WORKLOAD" in line for line in migration.dropped)
     assert [v.name for v in spec.device_plugin.env] == ["PASS_DEVICE_SPECS", "FAIL_ON_INIT_ERROR"]
     lost = {line.split(":")[0] for line in migration.dropped}
     for path in (
-        "spec.hostPaths",
-        "spec.dcgmExporter",
         "spec.operator.initContainer",
         "spec.driver.manager",
         "spec.driver.upgradePolicy",
-        "spec.driver.licensingConfig",
         "spec.validator.repository",
     ):
         assert path in lost, path
+    assert "spec.dcgmExporter" in migration.lacking  # an operand, named apart from settings
+    # NVIDIA's defaults that set nothing (hostPaths /, nlsEnabled without a licence) lose nothing.
+    assert not {"spec.hostPaths", "spec.driver.licensingConfig"} & lost
     assert "spec.driver.repoConfig" not in lost
     # NVIDIA's "" names mean "none": nothing is lost (its config: {name: "", default: ""}).
     assert "spec.devicePlugin.config" not in lost
@@ -73,7 +75,8 @@ def test_cli_prints_policy_and_lost_fields(capsys: pytest.CaptureFixture[str]) -
     assert converted["metadata"] == {"name": "cluster-policy"}
     # NVIDIA quotes the number; the CRD's int-or-string takes a number or a percentage.
     assert converted["spec"]["daemonsets"]["rollingUpdate"] == {"maxUnavailable": 1}
-    assert "not carried over: spec.dcgmExporter: gpuctrl has no dcgmExporter operand" in err
+    assert "operands gpuctrl lacks: " in err
+    assert "spec.dcgmExporter" in err.split("operands gpuctrl lacks: ", 1)[1]
 
 
 def test_cli_exit_2_on_wrong_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -123,3 +126,107 @@ def test_nvidias_set_as_default_env_is_the_setting(name: str) -> None:
     env = [{"name": name, "value": "false"}]
     migration = _migrated({"toolkit": {"env": env}})
     assert migration.policy["spec"]["toolkit"] == {"containerd": {"setAsDefault": False}}
+
+
+NFD = "feature.node.kubernetes.io"
+GPU_NODE = {
+    "name": "gpu-0",
+    "labels": {
+        f"{NFD}/pci-10de.present": "true",
+        f"{NFD}/system-os_release.ID": "ubuntu",
+        f"{NFD}/system-os_release.VERSION_ID": "22.04",
+    },
+}
+
+
+def _migrate_then_render(spec: dict[str, Any], tmp_path: Path) -> tuple[dict[str, Any], str]:
+    """``gpuctrl migrate`` of an NVIDIA policy with ``spec``, then ``gpuctrl render`` of the
+    result: the rendered objects by kind/name, and migrate's stderr."""
+    source = tmp_path / "nvidia.yaml"
+    nvidia = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "spec": spec}
+    source.write_text(yaml.safe_dump(nvidia))
+    migrated = tmp_path / "gpuctrl.yaml"
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["migrate", "-f", str(source)]) == 0, err.getvalue()
+    migrated.write_text(out.getvalue())
+    node = tmp_path / "node.yaml"
+    node.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Node", "metadata": GPU_NODE}))
+    rendered = io.StringIO()
+    with contextlib.redirect_stdout(rendered):
+        assert main(["render", "-f", str(migrated), "-f", str(node)]) == 0
+    objects = {
+        f"{o['kind']}/{o['metadata']['name']}": o for o in yaml.safe_load_all(rendered.getvalue())
+    }
+    return objects, err.getvalue()
+
+
+def _containers(ds: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    pod = ds["spec"]["template"]["spec"]
+    return {c["name"]: c for c in [*pod.get("initContainers", []), *pod["containers"]]}
+
+
+def test_full_image_references_are_split_as_nvidias_image_path_reads_them(
+    tmp_path: Path,
+) -> None:
+    spec = {
+        "devicePlugin": {
+            "repository": "",
+            "version": "",
+            "image": "registry.example.com/nvidia/k8s-device-plugin:v0.17.0",
+        },
+        "toolkit": {"image": "registry.example.com/nvidia/container-toolkit@sha256:" + "a" * 64},
+        "driver": {"repository": "ignored.example.com", "image": "mirror.example.com:5000/driver"},
+    }
+    objects, _ = _migrate_then_render(spec, tmp_path)
+    plugin = _containers(objects["DaemonSet/gpuctrl-device-plugin"])["nvidia-device-plugin"]
+    assert plugin["image"] == "registry.example.com/nvidia/k8s-device-plugin:v0.17.0"
+    installer = _containers(objects["DaemonSet/gpuctrl-toolkit"])["runtime-install"]
+    assert installer["image"] == "registry.example.com/nvidia/container-toolkit@sha256:" + "a" * 64
+    # A registry port is no tag; an untagged reference is what a runtime pulls: latest.
+    driver = next(o for k, o in objects.items() if k.startswith("DaemonSet/gpuctrl-driver"))
+    image = _containers(driver)["nvidia-driver-ctr"]["image"]
+    assert image.startswith("mirror.example.com:5000/driver:latest-")
+
+
+def test_k3s_and_rke2_config_paths_become_the_distribution(tmp_path: Path) -> None:
+    for distribution in ("k3s", "rke2"):
+        config = f"/var/lib/rancher/{distribution}/agent/etc/containerd/config.toml"
+        env = [
+            {"name": "CONTAINERD_CONFIG", "value": config},
+            {"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"},
+            {"name": "RUNTIME_CONFIG_SOURCE", "value": "file=/etc/x.toml"},
+        ]
+        objects, err = _migrate_then_render({"toolkit": {"env": env}}, tmp_path)
+        args = _containers(objects["DaemonSet/gpuctrl-toolkit"])["toolkit"]["args"]
+        assert args[args.index("--distribution") + 1] == distribution
+        assert "--config" not in args  # the agent edits the template k3s/RKE2 generate from
+        assert "RUNTIME_CONFIG_SOURCE: gpuctrl's agent reads the config files" in err
+
+
+def test_a_preinstalled_driver_and_cdi_off_carry_their_meaning(tmp_path: Path) -> None:
+    spec = {"driver": {"enabled": False}, "cdi": {"enabled": False}}
+    objects, err = _migrate_then_render(spec, tmp_path)
+    assert not [k for k in objects if k.startswith("DaemonSet/gpuctrl-driver")]
+    toolkit = _containers(objects["DaemonSet/gpuctrl-toolkit"])
+    assert "--set-as-default" in toolkit["toolkit"]["args"]
+    env = {e["name"]: e["value"] for e in toolkit["runtime-install"]["env"]}
+    assert env["NVIDIA_DRIVER_ROOT"] == "/"
+    assert "CDI_ENABLED" not in env
+    assert err == ""
+
+
+def test_nvidia_driver_crd_is_refused_with_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "nvidia.yaml"
+    nvidia = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy"}
+    source.write_text(yaml.safe_dump({**nvidia, "spec": {"driver": {"useNvidiaDriverCRD": True}}}))
+    assert main(["migrate", "-f", str(source)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "useNvidiaDriverCRD is true" in err
+    assert "spec.driver (or set spec.driver.enabled: false" in err
