@@ -112,10 +112,13 @@ async def test_containerd_config_survives_install_power_cut_and_policy_deletion(
 
         await admin.create(POLICIES, POLICY)
 
-        # The power cut: as soon as the agent's journal appears on the victim, the install
-        # is under way; every process of the node is SIGKILLed there and then.
+        # The power cut: as soon as the agent writes into its state folder (the kubelet
+        # creates the folder itself, a read-write mount), the install is under way; every
+        # process of the node is SIGKILLed there and then.
         async def journal_begun() -> None:
-            assert (victim.root / STATE).is_dir(), await _toolkit_pods(admin)
+            state = victim.root / STATE
+            assert state.is_dir(), await _toolkit_pods(admin)
+            assert any(state.iterdir()), await _toolkit_pods(admin)
 
         await eventually(journal_begun, within=40, interval=0.01)
         await kubelet.restart_node(victim.name)
