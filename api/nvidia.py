@@ -13,6 +13,7 @@ loses nothing either.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -104,7 +105,7 @@ def from_nvidia(nvidia: Mapping[str, Any]) -> Migration:
     metadata = nvidia.get("metadata") or {}
     spec: dict[str, Any] = {}
     given = nvidia.get("spec")
-    given = _without_defaults(unset_empty(given if isinstance(given, Mapping) else {}))
+    given = unset_empty(_without_defaults(given if isinstance(given, Mapping) else {}))
     driver = given.get("driver")
     if isinstance(driver, Mapping) and driver.get("useNvidiaDriverCRD") is True:
         raise ValueError(
@@ -141,25 +142,16 @@ _OPERANDS = (
 )  # fmt: skip
 
 
-def _without_defaults(spec: dict[str, Any]) -> dict[str, Any]:
-    """``spec`` less the fields that hold NVIDIA's meaningless defaults (`_NVIDIA_DEFAULTS`)."""
-    out = dict(spec)
+def _without_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``spec`` less the fields that hold NVIDIA's meaningless defaults
+    (`_NVIDIA_DEFAULTS`); `unset_empty` then drops the mappings this leaves empty."""
+    out = copy.deepcopy(dict(spec))
     for path, default in _NVIDIA_DEFAULTS.items():
-        parents = [out]
+        owner: Any = out
         for key in path[:-1]:
-            child = parents[-1].get(key)
-            if not isinstance(child, Mapping):
-                break
-            parents.append(dict(child))
-        else:
-            if parents[-1].get(path[-1]) == default:
-                del parents[-1][path[-1]]
-                for depth in range(len(path) - 1, 0, -1):
-                    parent, key = parents[depth - 1], path[depth - 1]
-                    if parents[depth]:
-                        parent[key] = parents[depth]
-                    else:
-                        parent.pop(key, None)
+            owner = owner.get(key) if isinstance(owner, dict) else None
+        if isinstance(owner, dict) and owner.get(path[-1]) == default:
+            del owner[path[-1]]
     return out
 
 
@@ -186,17 +178,12 @@ def _section(
     out: dict[str, Any] = {}
     for key, field in value.items():
         where = f"{path}.{key}"
-        if key == "image" and section in ("driver", "toolkit", "devicePlugin"):
-            image = _image_fields(value)
-            target = out.setdefault("runtimeImage", {}) if section == "toolkit" else out
-            target.update(image)
-        elif key in ("repository", "version") and section in ("driver", "toolkit", "devicePlugin"):
-            if "image" in value and _is_reference(value["image"]):
-                continue  # the full reference in image wins, as in NVIDIA's imagePath
-            target = out.setdefault("runtimeImage", {}) if section == "toolkit" else out
-            target[key] = field
-        elif section == "validator" and key in _IMAGE:
+        if section == "validator" and key in _IMAGE:
             dropped.append(f"{where}: gpuctrl runs its own validator agent image")
+        elif key in _IMAGE and key in _CARRIED[section]:
+            # gpuctrl's agent runs the toolkit; NVIDIA's image still supplies the runtime.
+            target = out.setdefault("runtimeImage", {}) if section == "toolkit" else out
+            target.update(_image_field(value, key))
         elif key in _NO_OP.get(section, ()):
             continue
         elif section == "operator" and key == "defaultRuntime":
@@ -228,23 +215,20 @@ def _section(
     return out
 
 
-def _is_reference(image: Any) -> bool:
-    return isinstance(image, str) and ("/" in image or ":" in image or "@" in image)
-
-
-def _image_fields(section: Mapping[str, Any]) -> dict[str, str]:
-    """gpuctrl's repository/image/version for NVIDIA's ``image`` (and its repository and
-    version): a full reference in ``image`` (``registry/path/name:tag`` or ``...@sha256:...``)
-    wins over the other two, as NVIDIA's imagePath takes it; an untagged one is ``latest``."""
-    image = section["image"]
-    if not _is_reference(image):
-        return {"image": image}
-    name, digest = image.split("@", 1) if "@" in image else (image, None)
-    slash = name.rfind("/")
-    colon = name.rfind(":")
-    tag = name[colon + 1 :] if colon > slash else None
-    name = name[:colon] if colon > slash else name
+def _image_field(section: Mapping[str, Any], key: str) -> dict[str, str]:
+    """gpuctrl's image fields for NVIDIA's ``key`` (repository, image or version) of
+    ``section``. A full reference in ``image`` (``registry/path/name:tag`` or
+    ``...@sha256:...``) wins over the other two, as NVIDIA's imagePath takes it, and is split
+    into all three; an untagged one is ``latest``."""
+    image = section.get("image")
+    reference = isinstance(image, str) and any(c in image for c in "/:@")
+    if not reference:
+        return {key: section[key]}
+    if key != "image":
+        return {}
+    name, _, digest = str(image).partition("@")
     repository, _, base = name.rpartition("/")
+    base, _, tag = base.partition(":")  # a registry port's colon is in repository
     fields = {"image": base, "version": digest or tag or "latest"}
     return {"repository": repository, **fields} if repository else fields
 

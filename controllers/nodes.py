@@ -57,7 +57,9 @@ __all__ = [
 
 LABELLED = "NodesLabelled"
 _GPU_NODES = Gauge(
-    "gpuctrl_gpu_nodes", "Nodes with an NVIDIA GPU (by NFD's labels).", registry=METRICS_REGISTRY
+    "gpuctrl_gpu_nodes",
+    "Nodes with an NVIDIA GPU (by NFD's labels, or another's gpu.present=true).",
+    registry=METRICS_REGISTRY,
 )
 _OURS = "true"  # the value gpuctrl writes; only labels holding it are gpuctrl's to remove
 _FROM_NFD = "nfd"

@@ -351,8 +351,7 @@ def _set_key(
     found = t.key_line(layout, owner, key)
     if found:
         index, match = found
-        quote = t.quote_of(match["value"]) if isinstance(value, str) else '"'
-        lines[index] = t.replace_value(match, t.value(value, quote))
+        lines[index] = t.respelled(match, value)
     elif previous is t.MISSING:
         t.insert_lines(
             lines, layout.block_end(owner), [layout.key_indent(owner) + row], layout.newline

@@ -74,9 +74,7 @@ def _revert_key(
         del lines[index]
         t.delete_in(expected, change.path)
     else:
-        previous = change.previous
-        quote = t.quote_of(match["value"]) if isinstance(previous, str) else '"'
-        lines[index] = t.replace_value(match, t.value(previous, quote))
+        lines[index] = t.respelled(match, change.previous)
         t.set_in(expected, change.path, change.previous)
 
 

@@ -172,6 +172,12 @@ def key_line(layout: Layout, owner: Header | None, key: str) -> tuple[int, re.Ma
     return None
 
 
+def respelled(match: re.Match[str], data: Any) -> str:
+    """The line of a :func:`key_line` match with its value set to ``data``, a string keeping the
+    quote the line spells it with."""
+    return replace_value(match, value(data, quote_of(match["value"])))
+
+
 def replace_value(match: re.Match[str], value: str) -> str:
     """The line of a :func:`key_line` match with its value spelled ``value`` instead."""
     return match.string[: match.start("value")] + value + match.string[match.end("value") :]

@@ -10,21 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from render_kit import pod_of
 
-from api.v1alpha1 import CONTAINERD_DEFAULTS, load_cluster_policy
-from controllers.render import ClusterFacts, render_component
+from api.v1alpha1 import CONTAINERD_DEFAULTS
 from gpuctrl.cli import main
 
-NODES = [{"metadata": {"name": "gpu-0", "labels": {"nvidia.com/gpu.present": "true"}}}]
 CONFIG = 'version = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "x"\n'
-
-
-def _pod(component: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    policy = load_cluster_policy({"spec": spec or {}})
-    facts = ClusterFacts.from_objects("gpuctrl", NODES, [])
-    [ds] = [o for o in render_component(component, policy, facts) if o["kind"] == "DaemonSet"]
-    pod: dict[str, Any] = ds["spec"]["template"]["spec"]
-    return pod
 
 
 def _env(container: dict[str, Any]) -> dict[str, str]:
@@ -38,12 +29,12 @@ def _container(pod: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _agent_args(spec: dict[str, Any] | None = None) -> list[str]:
-    args: list[str] = _container(_pod("toolkit", spec), "toolkit")["args"]
+    args: list[str] = _container(pod_of("toolkit", spec), "toolkit")["args"]
     return args
 
 
 def test_cdi_is_on_by_default_through_installer_agent_and_device_plugin() -> None:
-    pod = _pod("toolkit")
+    pod = pod_of("toolkit")
     installer = _container(pod, "runtime-install")
     env = _env(installer)
     assert (env["CDI_ENABLED"], env["NVIDIA_CONTAINER_RUNTIME_MODE"]) == ("true", "cdi")
@@ -55,7 +46,7 @@ def test_cdi_is_on_by_default_through_installer_agent_and_device_plugin() -> Non
     args = _agent_args()
     assert "--enable-cdi" in args
     assert "--set-as-default" not in args
-    plugin = _env(_container(_pod("device-plugin"), "nvidia-device-plugin"))
+    plugin = _env(_container(pod_of("device-plugin"), "nvidia-device-plugin"))
     assert plugin["DEVICE_LIST_STRATEGY"] == "cdi-annotations,cdi-cri"
     assert (plugin["CDI_ENABLED"], plugin["CDI_ANNOTATION_PREFIX"]) == ("true", "cdi.k8s.io/")
     assert plugin["NVIDIA_CDI_HOOK_PATH"] == "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
@@ -63,7 +54,7 @@ def test_cdi_is_on_by_default_through_installer_agent_and_device_plugin() -> Non
 
 def test_without_cdi_the_nvidia_runtime_is_the_default_as_nvidias_installer_makes_it() -> None:
     spec = {"cdi": {"enabled": False}, "toolkit": {"installDir": "/opt/nv"}}
-    installer = _container(_pod("toolkit", spec), "runtime-install")
+    installer = _container(pod_of("toolkit", spec), "runtime-install")
     env = _env(installer)
     assert not {"CDI_ENABLED", "NVIDIA_CONTAINER_RUNTIME_MODE", "CDI_OUTPUT_DIR"} & set(env)
     assert "securityContext" not in installer
@@ -71,7 +62,7 @@ def test_without_cdi_the_nvidia_runtime_is_the_default_as_nvidias_installer_make
     args = _agent_args(spec)
     assert "--set-as-default" in args
     assert "--enable-cdi" not in args
-    plugin = _env(_container(_pod("device-plugin", spec), "nvidia-device-plugin"))
+    plugin = _env(_container(pod_of("device-plugin", spec), "nvidia-device-plugin"))
     assert plugin["DEVICE_LIST_STRATEGY"] == "envvar"
     assert not {"CDI_ENABLED", "CDI_ANNOTATION_PREFIX", "NVIDIA_CDI_HOOK_PATH"} & set(plugin)
 
@@ -87,7 +78,7 @@ def test_an_explicit_set_as_default_wins(cdi: bool, explicit: bool, expected: bo
 
 def test_the_cdi_hook_path_needs_the_toolkit() -> None:
     plugin = _env(
-        _container(_pod("device-plugin", {"toolkit": {"enabled": False}}), "nvidia-device-plugin")
+        _container(pod_of("device-plugin", {"toolkit": {"enabled": False}}), "nvidia-device-plugin")
     )
     assert plugin["CDI_ENABLED"] == "true"
     assert "NVIDIA_CDI_HOOK_PATH" not in plugin
@@ -98,13 +89,13 @@ def test_the_cdi_hook_path_needs_the_toolkit() -> None:
 )
 def test_the_mig_strategy_reaches_the_device_plugin(strategy: str, monitor: str | None) -> None:
     spec = {"mig": {"strategy": strategy}}
-    plugin = _env(_container(_pod("device-plugin", spec), "nvidia-device-plugin"))
+    plugin = _env(_container(pod_of("device-plugin", spec), "nvidia-device-plugin"))
     assert plugin["MIG_STRATEGY"] == strategy
     assert plugin.get("NVIDIA_MIG_MONITOR_DEVICES") == monitor
 
 
 def test_mig_strategy_defaults_to_nvidias_single() -> None:
-    plugin = _env(_container(_pod("device-plugin"), "nvidia-device-plugin"))
+    plugin = _env(_container(pod_of("device-plugin"), "nvidia-device-plugin"))
     assert plugin["MIG_STRATEGY"] == "single"
 
 
@@ -117,7 +108,10 @@ def test_cri_o_is_configured_through_its_drop_in_folder() -> None:
     assert args[args.index("--runtime") + 1] == "crio"
     assert "--distribution" not in args
     assert "--enable-cdi" not in args
-    assert _writable(_pod("toolkit", spec)) == {"/var/lib/gpuctrl/toolkit", "/etc/crio/crio.conf.d"}
+    assert _writable(pod_of("toolkit", spec)) == {
+        "/var/lib/gpuctrl/toolkit",
+        "/etc/crio/crio.conf.d",
+    }
 
 
 def _writable(pod: dict[str, Any]) -> set[str]:
@@ -136,7 +130,7 @@ def _writable(pod: dict[str, Any]) -> set[str]:
 
 
 def test_the_host_root_is_read_only_for_every_container_of_the_toolkit() -> None:
-    pod = _pod("toolkit")
+    pod = pod_of("toolkit")
     for container in [*pod["initContainers"], *pod["containers"]]:
         for mount in container["volumeMounts"]:
             if mount["name"] == "host-root":
@@ -157,7 +151,7 @@ def test_the_agent_writes_only_under_its_read_write_mounts(
     (root / config.lstrip("/")).write_text(CONFIG)
     (root / "etc").mkdir(exist_ok=True)
     spec = {"toolkit": {"containerd": {"distribution": distribution}}} if explicit else None
-    pod = _pod("toolkit", spec)
+    pod = pod_of("toolkit", spec)
     writable = _writable(pod)
     for folder in writable:  # the kubelet creates them (DirectoryOrCreate)
         (root / folder.lstrip("/")).mkdir(parents=True, exist_ok=True)

@@ -14,33 +14,10 @@ from typing import Any
 
 import pytest
 import yaml
+from render_kit import pod_of
 
-from api.v1alpha1 import load_cluster_policy
-from controllers.render import ClusterFacts, render_component
 from controllers.render._agents import VALIDATOR_STATUS_DIR
 from gpuctrl.cli import main
-
-NFD = "feature.node.kubernetes.io"
-NODES = [
-    {
-        "metadata": {
-            "name": "gpu-0",
-            "labels": {
-                f"{NFD}/pci-10de.present": "true",
-                f"{NFD}/system-os_release.ID": "ubuntu",
-                f"{NFD}/system-os_release.VERSION_ID": "22.04",
-            },
-        }
-    }
-]
-
-
-def pod_of(component: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    policy = load_cluster_policy({"spec": spec or {}})
-    facts = ClusterFacts.from_objects("gpuctrl", NODES, [])
-    [ds] = [o for o in render_component(component, policy, facts) if o["kind"] == "DaemonSet"]
-    pod: dict[str, Any] = ds["spec"]["template"]["spec"]
-    return pod
 
 
 def _on_node(text: str, node: Path) -> str:
