@@ -33,7 +33,7 @@ _CARRIED = {
         "updateStrategy",
         "rollingUpdate",
     ),
-    "driver": (*_IMAGE, *_COMMON, "repoConfig", "certConfig"),
+    "driver": (*_IMAGE, *_COMMON, "repoConfig", "certConfig", "manager"),
     "toolkit": (*_IMAGE, *_COMMON, "installDir"),
     "validator": (*_COMMON, "driver", "toolkit", "cuda", "plugin"),
     "devicePlugin": (*_IMAGE, *_COMMON),

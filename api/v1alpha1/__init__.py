@@ -17,7 +17,8 @@ from api.v1alpha1._clusterpolicy import ClusterPolicy, ClusterPolicySpec, honour
 from api.v1alpha1._component import Component, Image, image_reference
 from api.v1alpha1._daemonsets import ContainerRuntime, DaemonsetsSpec, OperatorSpec, RollingUpdate
 from api.v1alpha1._deviceplugin import DevicePluginSpec
-from api.v1alpha1._driver import CertConfig, DriverSpec, RepoConfig
+from api.v1alpha1._driver import CertConfig, DriverManagerSpec, DriverSpec, RepoConfig
+from api.v1alpha1._images import NVIDIA_IMAGES, PinnedImage
 from api.v1alpha1._mig import MIGSpec, MIGStrategy
 from api.v1alpha1._names import CLUSTER_POLICY, POD_POLICY, KindNames
 from api.v1alpha1._podpolicy import (
@@ -65,6 +66,7 @@ __all__ = [
     "CLUSTER_POLICY",
     "COMPONENT_LABEL",
     "CONTAINERD_DEFAULTS",
+    "NVIDIA_IMAGES",
     "POD_POLICY",
     "CDISpec",
     "CertConfig",
@@ -78,6 +80,7 @@ __all__ = [
     "ContainerdSettings",
     "DaemonsetsSpec",
     "DevicePluginSpec",
+    "DriverManagerSpec",
     "DriverSpec",
     "DropInMode",
     "EnvVar",
@@ -92,6 +95,7 @@ __all__ = [
     "Mesh",
     "MeshOptOut",
     "OperatorSpec",
+    "PinnedImage",
     "PodPolicy",
     "PodPolicySpec",
     "PodPolicyStatus",

@@ -8,14 +8,16 @@ from typing import Annotated
 
 from pydantic import Field
 
-from api.v1alpha1._base import ApiModel, ObjectName
+from api.v1alpha1._base import MAX_LIST_ITEMS, ApiModel, EnvVar, ObjectName, PullPolicy
 from api.v1alpha1._cel import Rule, cel_rules, interpolated, literal, quoted
-from api.v1alpha1._component import Component, ImageVersion
+from api.v1alpha1._component import Component, Image, ImageVersion
+from api.v1alpha1._images import NVIDIA_IMAGES
 
 __all__ = [
     "FORBIDDEN_HOST_ROOTS",
     "SHADOWED_IMAGE_FOLDERS",
     "CertConfig",
+    "DriverManagerSpec",
     "DriverSpec",
     "HostFolder",
     "RepoConfig",
@@ -163,13 +165,37 @@ class CertConfig(ApiModel):
     )
 
 
+_PIN = NVIDIA_IMAGES["driver"]
+_MANAGER_PIN = NVIDIA_IMAGES["driverManager"]
+
+
+class DriverManagerSpec(Image):
+    """NVIDIA's k8s-driver-manager, the driver pod's init container that, before the driver
+    container (re)installs, evicts what still uses the GPUs and unloads the old modules."""
+
+    repository: str = Field(default=_MANAGER_PIN.repository, description="Image registry/path.")
+    image: str = Field(default=_MANAGER_PIN.image, description="Image name.")
+    version: ImageVersion = Field(
+        default=_MANAGER_PIN.version, description="Image tag or sha256: digest."
+    )
+    image_pull_policy: PullPolicy = Field(
+        default="IfNotPresent", description="Pull policy of the image."
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=MAX_LIST_ITEMS,
+        description="Environment variables of the driver manager, set over its defaults "
+        "(ENABLE_GPU_POD_EVICTION, ENABLE_AUTO_DRAIN, DRAIN_* as NVIDIA's operator sets them).",
+    )
+
+
 class DriverSpec(Component):
     """NVIDIA's driver container, one DaemonSet per OS found among the GPU nodes."""
 
-    repository: str = Field(default="nvcr.io/nvidia", description="Image registry/path.")
-    image: str = Field(default="driver", description="Image name.")
+    repository: str = Field(default=_PIN.repository, description="Image registry/path.")
+    image: str = Field(default=_PIN.image, description="Image name.")
     version: ImageVersion = Field(
-        default="550.127.05",
+        default=_PIN.version,
         description="Driver version; the tag is <version>-<OS ID><OS VERSION_ID>.",
     )
     repo_config: RepoConfig = Field(
@@ -177,4 +203,8 @@ class DriverSpec(Component):
     )
     cert_config: CertConfig = Field(
         default_factory=CertConfig, description="CA certificates for the package repositories."
+    )
+    manager: DriverManagerSpec = Field(
+        default_factory=DriverManagerSpec,
+        description="NVIDIA's k8s-driver-manager, run before the driver container.",
     )

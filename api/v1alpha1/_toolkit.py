@@ -14,6 +14,7 @@ from api.v1alpha1._component import (
     Image,
     ImageVersion,
 )
+from api.v1alpha1._images import NVIDIA_IMAGES
 
 __all__ = [
     "CONTAINERD_DEFAULTS",
@@ -116,6 +117,9 @@ def containerd_defaults(
     return defaults.model_copy(update=explicit)
 
 
+_RUNTIME_PIN = NVIDIA_IMAGES["containerToolkit"]
+
+
 class RuntimeImage(Image):
     """NVIDIA's container-toolkit image, whose installer puts the NVIDIA runtimes on the host.
 
@@ -125,10 +129,10 @@ class RuntimeImage(Image):
     ``-ubi8`` variants of v1.17).
     """
 
-    repository: str = Field(default="nvcr.io/nvidia/k8s", description="Image registry/path.")
-    image: str = Field(default="container-toolkit", description="Image name.")
+    repository: str = Field(default=_RUNTIME_PIN.repository, description="Image registry/path.")
+    image: str = Field(default=_RUNTIME_PIN.image, description="Image name.")
     version: ImageVersion = Field(
-        default="v1.17.8-ubuntu20.04",
+        default=_RUNTIME_PIN.version,
         description="Image tag (a variant with a shell) or sha256: digest.",
     )
 

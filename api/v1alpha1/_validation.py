@@ -95,6 +95,7 @@ def validate(policy: ClusterPolicy) -> list[Problem]:
         toleration_problems("spec.daemonsets.tolerations", spec.daemonsets.tolerations),
         _workload_problems(spec.validator.workloads, "spec.validator.workloads."),
         _image("spec.toolkit.runtimeImage", spec.toolkit.runtime_image),
+        _image("spec.driver.manager", spec.driver.manager),
     ]
     for field, component in _components(policy):
         # The driver's tag gets an OS suffix at render time; check a realistic one.

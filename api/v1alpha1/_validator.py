@@ -17,11 +17,12 @@ from api.v1alpha1._base import (
     Toleration,
 )
 from api.v1alpha1._component import AGENT_REPOSITORY, AGENT_VERSION, Component, ImageVersion
+from api.v1alpha1._images import NVIDIA_IMAGES
 
 __all__ = ["ValidatorCheck", "ValidatorSpec", "ValidatorWorkloads"]
 
 # NVIDIA's CUDA sample image: vectorAdd at /cuda-samples/vectorAdd, as the templates expect.
-WORKLOAD_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+WORKLOAD_IMAGE = NVIDIA_IMAGES["cudaSample"].reference
 
 
 class ValidatorWorkloads(ApiModel):

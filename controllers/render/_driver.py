@@ -29,7 +29,7 @@ from controllers.render._facts import (
     ConfigMapFacts,
     OsRelease,
 )
-from controllers.render._meta import daemonset_context
+from controllers.render._meta import daemonset_context, env_over
 from controllers.render._osfamily import OsFamily, family_of, unknown_os_message
 from controllers.render._readers import used_folders
 
@@ -54,8 +54,29 @@ STARTUP_PROBE = (
     "mv /run/nvidia/validations/.driver-ctr-ready.tmp /run/nvidia/validations/.driver-ctr-ready"
 )
 _DRIVER_ENV = ({"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},)
+# NVIDIA's k8s-driver-manager (`driver-manager uninstall_driver`), before the driver container:
+# the env NVIDIA's operator gives it (runc for it, GPU pods evicted, no drain), the user's
+# driver.manager.env over it.
+_MANAGER_ENV = (
+    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+    {"name": "ENABLE_GPU_POD_EVICTION", "value": "true"},
+    {"name": "ENABLE_AUTO_DRAIN", "value": "false"},
+    {"name": "DRAIN_USE_FORCE", "value": "false"},
+    {"name": "DRAIN_POD_SELECTOR_LABEL", "value": ""},
+    {"name": "DRAIN_TIMEOUT_SECONDS", "value": "0s"},
+    {"name": "DRAIN_DELETE_EMPTYDIR_DATA", "value": "false"},
+    {"name": "OPERATOR_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+)
+# What the driver manager calls: it pauses the node's operands (their deploy labels), finds
+# and evicts the GPU pods, and reads the driver DaemonSet.
 _PERMISSIONS = Permissions(
-    cluster_rules=({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},)
+    namespace_rules=({"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"]},),
+    cluster_rules=(
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    ),
 )
 
 
@@ -140,8 +161,18 @@ def _daemonset(
         pod_annotations={CONFIG_HASH: _content_hash(hashed)} if hashed else None,
         image=image_reference(driver, f"-{os.tag}"),
     )
+    manager = {
+        "image": image_reference(driver.manager),
+        "image_pull_policy": driver.manager.image_pull_policy,
+        "env": env_over(_MANAGER_ENV, driver.manager.env),
+    }
     return render_template(
-        "driver.yaml.j2", ds=ds, mounts=mounts, volumes=volumes, startup_probe=STARTUP_PROBE
+        "driver.yaml.j2",
+        ds=ds,
+        manager=manager,
+        mounts=mounts,
+        volumes=volumes,
+        startup_probe=STARTUP_PROBE,
     )
 
 

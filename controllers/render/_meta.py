@@ -9,7 +9,15 @@ from typing import Any
 from api.v1alpha1 import ClusterPolicy, Component, EnvVar, image_reference, wire
 from controllers.render._facts import ClusterFacts
 
-__all__ = ["COMPONENT", "MANAGED_BY", "DaemonSetContext", "daemonset_context", "env", "metadata"]
+__all__ = [
+    "COMPONENT",
+    "MANAGED_BY",
+    "DaemonSetContext",
+    "daemonset_context",
+    "env",
+    "env_over",
+    "metadata",
+]
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 COMPONENT = "app.kubernetes.io/component"
@@ -55,8 +63,14 @@ def env(variables: list[EnvVar], *extra: dict[str, Any]) -> list[dict[str, Any]]
 
     Each name appears once, where it first appeared, holding the value of its last entry.
     """
+    return env_over((*_DOWNWARD_ENV, *extra), variables)
+
+
+def env_over(base: tuple[dict[str, Any], ...], variables: list[EnvVar]) -> list[dict[str, Any]]:
+    """``base``, then the user's ``variables``: each name once, where it first appeared,
+    holding the value of its last entry."""
     merged: dict[str, dict[str, Any]] = {}
-    for variable in (*_DOWNWARD_ENV, *extra, *(wire(v) for v in variables)):
+    for variable in (*base, *(wire(v) for v in variables)):
         merged[variable["name"]] = variable
     return list(merged.values())
 

@@ -45,10 +45,11 @@ def test_conversion_carries_shared_fields_and_lists_the_rest() -> None:
     assert not spec.validator.plugin.env
     assert any("plugin.env[0] WITH_WORKLOAD" in line for line in migration.dropped)
     assert [v.name for v in spec.device_plugin.env] == ["PASS_DEVICE_SPECS", "FAIL_ON_INIT_ERROR"]
+    # NVIDIA's driver manager runs before gpuctrl's driver container too.
+    assert spec.driver.manager.version == "v0.7.0"
     lost = {line.split(":")[0] for line in migration.dropped}
     for path in (
         "spec.operator.initContainer",
-        "spec.driver.manager",
         "spec.driver.upgradePolicy",
         "spec.validator.repository",
     ):

@@ -162,7 +162,6 @@ def test_nvidias_values_report_what_gpuctrl_ignores() -> None:
         "devicePlugin.mps",
         "driver.kernelModuleType",
         "driver.licensingConfig",
-        "driver.manager",
         "driver.startupProbe",
         "driver.upgradePolicy",
         "operator.image",

@@ -33,7 +33,7 @@ def test_writes_one_file_per_object(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert capsys.readouterr().out == ""
     files = sorted(p.name for p in out_dir.iterdir())
     assert files[0] == "00-serviceaccount-gpuctrl-driver.yaml"
-    assert "03-daemonset-gpuctrl-driver-rhel9.4.yaml" in files
+    assert "05-daemonset-gpuctrl-driver-rhel9.4.yaml" in files
     objects = [yaml.safe_load((out_dir / name).read_text()) for name in files]
     assert objects[-1]["kind"] == "RuntimeClass"
 

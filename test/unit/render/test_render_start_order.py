@@ -16,6 +16,7 @@ import pytest
 import yaml
 from render_kit import pod_of
 
+from api.v1alpha1 import NVIDIA_IMAGES
 from controllers.render._agents import VALIDATOR_STATUS_DIR
 from gpuctrl.cli import main
 
@@ -185,3 +186,39 @@ def test_the_driver_gets_the_host_folders_nvidia_shares_with_it() -> None:
         "/sys/module/firmware_class/parameters/path",
         "/run/nvidia/driver/lib/firmware",
     } <= paths
+
+
+def test_nvidias_driver_manager_runs_before_the_driver_container() -> None:
+    pod = pod_of("driver")
+    [manager] = pod["initContainers"]
+    assert manager["name"] == "k8s-driver-manager"
+    assert manager["image"] == NVIDIA_IMAGES["driverManager"].reference
+    assert (manager["command"], manager["args"]) == (["driver-manager"], ["uninstall_driver"])
+    env = {e["name"]: e.get("value") for e in manager["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"  # runc for it, never the NVIDIA runtime
+    assert (env["ENABLE_GPU_POD_EVICTION"], env["ENABLE_AUTO_DRAIN"]) == ("true", "false")
+    mounts = {m["mountPath"]: m for m in manager["volumeMounts"]}
+    assert mounts["/host"]["readOnly"] is True
+    assert mounts["/run/nvidia"]["mountPropagation"] == "Bidirectional"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert all(m["name"] in volumes for m in manager["volumeMounts"])
+
+
+def test_the_driver_managers_image_and_env_are_the_policys() -> None:
+    manager = {
+        "repository": "mirror.example.com/nvidia",
+        "version": "v0.9.0",
+        "imagePullPolicy": "Always",
+        "env": [
+            {"name": "ENABLE_AUTO_DRAIN", "value": "true"},
+            {"name": "DRAIN_TIMEOUT_SECONDS", "value": "300s"},
+        ],
+    }
+    [init] = pod_of("driver", {"driver": {"manager": manager}})["initContainers"]
+    assert init["image"] == "mirror.example.com/nvidia/k8s-driver-manager:v0.9.0"
+    assert init["imagePullPolicy"] == "Always"
+    names = [e["name"] for e in init["env"]]
+    assert len(names) == len(set(names))  # the policy's value replaces the default, in place
+    env = {e["name"]: e.get("value") for e in init["env"]}
+    assert (env["ENABLE_AUTO_DRAIN"], env["DRAIN_TIMEOUT_SECONDS"]) == ("true", "300s")
+    assert env["ENABLE_GPU_POD_EVICTION"] == "true"
