@@ -41,7 +41,8 @@ def needs_apply(desired: Mapping[str, Any], cached: Mapping[str, Any] | None) ->
 def holds(actual: Any, wanted: Any) -> bool:
     """Whether ``actual`` has every field of ``wanted`` with its value. Maps may hold more
     keys (defaults the apiserver added); lists must have the same length, item by item;
-    an empty list, map or null in ``wanted`` matches an absent field."""
+    an empty list, map, string or null in ``wanted`` matches an absent field (the apiserver
+    omits them, e.g. an env var's ``value: ""``)."""
     if isinstance(wanted, Mapping):
         if not isinstance(actual, Mapping):
             return False
@@ -57,4 +58,4 @@ def holds(actual: Any, wanted: Any) -> bool:
 
 
 def _empty(value: Any) -> bool:
-    return value is None or value == [] or value == {}
+    return value is None or value in ([], {}, "")

@@ -135,6 +135,11 @@ def test_labelling_state_decides_as_the_full_labels_do(
         pytest.param({"l": [{"x": 1}, {"x": 2}]}, {"l": [{"x": 1}]}, False, id="extra-item"),
         pytest.param({"l": None}, {"l": []}, True, id="null-list"),
         pytest.param({"a": "1"}, {"a": 1}, False, id="types-differ"),
+        # The apiserver drops an empty string it omits (an env var's value: "").
+        pytest.param(
+            {"env": [{"name": "X"}]}, {"env": [{"name": "X", "value": ""}]}, True, id="empty-str"
+        ),
+        pytest.param({"a": "x"}, {"a": ""}, False, id="empty-str-is-not-any-str"),
     ],
 )
 def test_holds(actual: Any, wanted: Any, expected: bool) -> None:
