@@ -1,10 +1,17 @@
-"""Conversion of NVIDIA's ``nvidia.com/v1`` ClusterPolicy into a ``gpuctrl.io/v1alpha1`` one.
+"""NVIDIA's ``nvidia.com/v1`` spellings and what they mean in gpuctrl: one mapping, two users.
+
+`nvidia_meaning` reads, in a ClusterPolicy spec (wire names), what NVIDIA writes where gpuctrl
+has a field of its own: a full image reference in ``image`` (split into ``repository``,
+``image`` and ``version``), the containerd settings NVIDIA's toolkit installer takes from
+``toolkit.env`` (``toolkit.containerd``), and the env NVIDIA's components read that gpuctrl's
+do not (left out). ``api.v1alpha1.load_cluster_policy`` applies it to every policy it loads,
+so gpuctrl's Helm chart passes NVIDIA's values through and the operator gives them NVIDIA's
+meaning; `from_nvidia` (``gpuctrl migrate``) applies it to each section it converts and
+reports what it left out. It imports nothing of gpuctrl's models, which import it.
 
 `from_nvidia` is pure: it returns the converted object and the path of every field it could
-not carry over, each with the reason, so ``gpuctrl migrate`` can print them.
-
-NVIDIA writes ``""`` (and ``{}``, ``[]`` or nothing at all) for "none" in many fields
-(``repoConfig.configMapName``, ``certConfig.name``, ``licensingConfig.secretName``, ...), and
+not carry over, each with the reason. NVIDIA writes ``""`` (and ``{}``, ``[]`` or nothing at
+all) for "none" in many fields (``repoConfig.configMapName``, ``certConfig.name``, ...), and
 its chart and controller test them with ``if``: `unset_empty` drops them the same way before
 anything is converted, so they are neither carried over nor reported as lost. A section of an
 operand or feature gpuctrl lacks that NVIDIA's file turns off (``false``, ``enabled: false``)
@@ -18,7 +25,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Migration", "from_nvidia", "unset_empty"]
+__all__ = [
+    "IGNORED_ENV",
+    "IMAGE_SECTIONS",
+    "NO_OP_VALUES",
+    "OPERANDS",
+    "REFUSED",
+    "Meaning",
+    "Migration",
+    "NvidiaSettingError",
+    "from_nvidia",
+    "nvidia_meaning",
+    "split_reference",
+    "unset_empty",
+]
 
 # NVIDIA's fields whose meaning gpuctrl shares, per section (wire names).
 _IMAGE = ("repository", "image", "version")
@@ -42,9 +62,21 @@ _CARRIED = {
 }
 # NVIDIA's fields that mean nothing any more: cdi.default ("no longer used", NVIDIA's CRD).
 _NO_OP = {"cdi": ("default",)}
-# operator.defaultRuntime values gpuctrl configures; NVIDIA's chart default, docker, is only its
-# fallback when no node says its runtime (and no runtime Kubernetes runs since 1.24).
+# operator.defaultRuntime values gpuctrl configures.
 _RUNTIMES = ("containerd", "crio")
+# NVIDIA's values that mean "unset" to gpuctrl, by (section, field): operator.defaultRuntime
+# docker is NVIDIA's fallback when no node says its runtime (and no runtime Kubernetes runs
+# since 1.24); gpuctrl's default, containerd, applies.
+NO_OP_VALUES: dict[tuple[str, str], tuple[str, ...]] = {("operator", "defaultRuntime"): ("docker",)}
+# Settings migrate and the chart refuse rather than give another meaning, by path in NVIDIA's
+# spec; {flag} is how the caller names the setting, {section} the section to fill instead.
+REFUSED: dict[tuple[str, ...], str] = {
+    ("driver", "useNvidiaDriverCRD"): (
+        "{flag} is true: the driver is set up by NVIDIADriver objects, which gpuctrl does not"
+        " read; put the NVIDIADriver's repository, image and version into {section} (or set"
+        " {section}.enabled: false for a preinstalled driver)"
+    ),
+}
 # NVIDIA's toolkit installer env -> gpuctrl's toolkit.containerd field.
 _TOOLKIT_ENV = {
     "CONTAINERD_CONFIG": "configPath",
@@ -55,18 +87,11 @@ _TOOLKIT_ENV = {
     "NVIDIA_RUNTIME_SET_AS_DEFAULT": "setAsDefault",
     "RUNTIME_RESTART_MODE": "restartMode",
 }
-# NVIDIA's validator reads these from a check's env; gpuctrl's agent reads none of them.
-_VALIDATOR_ENV = {
-    "WITH_WORKLOAD": "gpuctrl's cuda and plugin checks always run their workload pod",
-    "WITH_WAIT": "gpuctrl's checks wait as their DaemonSet says",
-    "SLEEP_INTERVAL_SECONDS": "gpuctrl's checks wait as their DaemonSet says",
-    "DISABLE_DEV_CHAR_SYMLINK_CREATION": "gpuctrl's validator creates no /dev/char links",
-    "CREATE_DEV_CHAR_SYMLINKS": "gpuctrl's validator creates no /dev/char links",
-}
-# NVIDIA's toolkit env gpuctrl's agent does not read, and why.
-_TOOLKIT_ENV_IGNORED = {
-    "RUNTIME_CONFIG_SOURCE": "gpuctrl's agent reads the config files themselves, never"
-    " `containerd config dump`",
+_RESTART_MODES = ("signal", "systemd", "none")
+# Go's strconv.ParseBool, which NVIDIA's toolkit reads its boolean env with.
+_BOOLS = {
+    **dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
+    **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False),
 }
 # k3s/RKE2 config paths NVIDIA's chart sets: the distribution regenerates that file from its
 # template, which is what gpuctrl's agent edits when told the distribution.
@@ -74,6 +99,36 @@ _GENERATED_CONFIGS = {
     "/var/lib/rancher/k3s/agent/etc/containerd/config.toml": "k3s",
     "/var/lib/rancher/rke2/agent/etc/containerd/config.toml": "rke2",
 }
+_SAME_WAIT = "gpuctrl's checks wait as their DaemonSet says"
+_NO_LINKS = "gpuctrl's validator creates no /dev/char links"
+# NVIDIA's validator reads these from a check's env; gpuctrl's agent reads none of them.
+_VALIDATOR_ENV = {
+    "WITH_WORKLOAD": "gpuctrl's cuda and plugin checks always run their workload pod",
+    "WITH_WAIT": _SAME_WAIT,
+    "SLEEP_INTERVAL_SECONDS": _SAME_WAIT,
+    "DISABLE_DEV_CHAR_SYMLINK_CREATION": _NO_LINKS,
+    "CREATE_DEV_CHAR_SYMLINKS": _NO_LINKS,
+}
+# Env NVIDIA's components read and gpuctrl's do not, by the (wire) path of its section, with
+# why: left out of the policy (the chart's NOTES and migrate name each one).
+IGNORED_ENV: dict[tuple[str, ...], dict[str, str]] = {
+    ("toolkit",): {
+        "RUNTIME_CONFIG_SOURCE": "gpuctrl's agent reads the config files themselves, never"
+        " `containerd config dump`",
+    },
+    ("validator",): _VALIDATOR_ENV,
+    **{("validator", check): _VALIDATOR_ENV for check in ("driver", "toolkit", "cuda", "plugin")},
+}
+# gpuctrl's sections named by repository/image/version (wire paths); a test holds this to the
+# models' Component and Image fields.
+IMAGE_SECTIONS: tuple[tuple[str, ...], ...] = (
+    ("driver",),
+    ("driver", "manager"),
+    ("toolkit",),
+    ("toolkit", "runtimeImage"),
+    ("validator",),
+    ("devicePlugin",),
+)
 # NVIDIA's defaults that mean "nothing set": not reported when left as they are.
 _NVIDIA_DEFAULTS = {
     ("hostPaths", "rootFS"): "/",
@@ -83,6 +138,152 @@ _NVIDIA_DEFAULTS = {
 _VALIDATOR_CHECK_FIELDS = ("env",)
 _REPO_FIELDS = ("configMapName",)
 _CERT_FIELDS = ("name",)
+# NVIDIA's sections that are operands (a DaemonSet each); the others are settings.
+OPERANDS = (
+    "gfd", "dcgm", "dcgmExporter", "migManager", "nodeStatusExporter", "gds", "gdrcopy",
+    "vgpuManager", "vgpuDeviceManager", "vfioManager", "sandboxDevicePlugin", "kataManager",
+    "ccManager", "kataSandboxDevicePlugin",
+)  # fmt: skip
+
+
+class NvidiaSettingError(ValueError):
+    """NVIDIA's settings in a spec contradict each other or gpuctrl's own fields, or have a
+    value NVIDIA's components refuse; ``problems``: (wire path, why) of each."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("\n".join(f"{path}: {why}" for path, why in problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Meaning:
+    """A spec with NVIDIA's spellings read as gpuctrl's fields; ``notes``: "path NAME: why" of
+    each env entry left out because gpuctrl's components do not read it."""
+
+    spec: dict[str, Any]
+    notes: list[str]
+
+
+def nvidia_meaning(spec: Mapping[str, Any]) -> Meaning:
+    """``spec`` (wire names, as stored) with NVIDIA's spellings given NVIDIA's meaning; raises
+    `NvidiaSettingError` with every contradiction. Idempotent.
+
+    - A full reference in ``image`` (one naming a registry, a tag or a digest) wins over
+      ``repository`` and ``version`` and is split into the three (see `split_reference`).
+    - ``toolkit.env`` entries NVIDIA's installer reads (``CONTAINERD_CONFIG``, ...) become
+      ``toolkit.containerd`` fields; one that contradicts the field set explicitly, or another
+      entry, is an error, never a silent choice.
+    - `IGNORED_ENV` entries are left out, each named in the notes.
+    """
+    out = copy.deepcopy(dict(spec))
+    notes: list[str] = []
+    problems: list[tuple[str, str]] = []
+    for path in IMAGE_SECTIONS:
+        section = _at(out, path)
+        if section is not None:
+            section.update(_split_image(section))
+    for path, ignored in IGNORED_ENV.items():
+        section = _at(out, path)
+        if section is not None and isinstance(section.get("env"), list):
+            _read_env(section, ".".join(("spec", *path)), ignored, notes, problems)
+    if problems:
+        raise NvidiaSettingError(problems)
+    return Meaning(out, notes)
+
+
+def split_reference(image: str) -> dict[str, str] | None:
+    """``repository``/``image``/``version`` of a full image reference (``host[:port]/path``,
+    ``name:tag`` or ``...@sha256:...``; untagged is ``latest``); ``repository`` is left out
+    when the reference names none. None for a bare name (``driver``,
+    ``cloud-native/k8s-driver-manager``), which NVIDIA joins to ``repository`` and ``version``.
+    """
+    name, _, digest = image.partition("@")
+    first, slash, _ = name.partition("/")
+    # The reference grammar's rule: a first part with a dot or port, or localhost, is a host.
+    host = bool(slash) and ("." in first or ":" in first or first == "localhost")
+    repository, _, base = name.rpartition("/")
+    if not (digest or host or ":" in base):
+        return None
+    base, _, tag = base.partition(":")  # a registry port's colon is in repository
+    fields = {"image": base, "version": digest or tag or "latest"}
+    return {"repository": repository, **fields} if repository else fields
+
+
+def _at(spec: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
+    """The mapping at ``path`` in ``spec``, or None."""
+    value: Any = spec
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, dict) else None
+
+
+def _split_image(section: Mapping[str, Any]) -> dict[str, str]:
+    image = section.get("image")
+    return (split_reference(image) if isinstance(image, str) else None) or {}
+
+
+# The section whose env NVIDIA's toolkit installer reads its containerd settings from.
+_TOOLKIT = "spec.toolkit"
+
+
+def _read_env(
+    section: dict[str, Any],
+    where: str,
+    ignored: Mapping[str, str],
+    notes: list[str],
+    problems: list[tuple[str, str]],
+) -> None:
+    """Read ``section.env`` in place: `IGNORED_ENV` entries left out (noted), the toolkit's
+    containerd env moved into ``containerd`` (a contradiction is a problem), the rest kept."""
+    given = section.get("containerd")
+    containerd = dict(given) if isinstance(given, Mapping) else {}
+    said = {key: f"{where}.containerd.{key}" for key in containerd}
+    kept = []
+    for index, variable in enumerate(section.pop("env")):
+        if not isinstance(variable, Mapping):
+            kept.append(variable)  # not an env entry: the schema says so
+            continue
+        name, entry = str(variable.get("name")), f"{where}.env[{index}]"
+        setting = _containerd_setting(variable, entry, problems) if where == _TOOLKIT else None
+        if name in ignored:
+            notes.append(f"{entry} {name}: {ignored[name]}")
+            continue
+        if setting is None:
+            kept.append(variable)
+            continue
+        key, meant = setting
+        if containerd.get(key, meant) != meant:
+            why = f"{name} means {key} {meant!r}, but {said[key]} is {containerd[key]!r}: keep one"
+            problems.append((entry, why))
+        said.setdefault(key, f"{entry} {name}")
+        containerd.setdefault(key, meant)
+    if kept:
+        section["env"] = kept
+    if containerd and (given is None or isinstance(given, Mapping)):
+        section["containerd"] = containerd  # else the schema names the wrong type
+
+
+def _containerd_setting(
+    variable: Mapping[str, Any], where: str, problems: list[tuple[str, str]]
+) -> tuple[str, Any] | None:
+    """The ``toolkit.containerd`` (field, value) NVIDIA's installer reads ``variable`` as;
+    None for env it does not read that way, or (a problem noted) a value it refuses."""
+    name = variable.get("name")
+    key = _TOOLKIT_ENV.get(str(name))
+    if key is None:
+        return None
+    value = str(variable.get("value") or "")
+    if key == "configPath" and value in _GENERATED_CONFIGS:
+        return "distribution", _GENERATED_CONFIGS[value]
+    if key == "setAsDefault":
+        if value not in _BOOLS:
+            problems.append((where, f"{name} {value!r} is not a boolean (true or false)"))
+            return None
+        return key, _BOOLS[value]
+    if key == "restartMode" and value not in _RESTART_MODES:
+        problems.append((where, f"{name} {value!r} is not one of {', '.join(_RESTART_MODES)}"))
+        return None
+    return key, value
 
 
 @dataclass(frozen=True)
@@ -96,7 +297,8 @@ class Migration:
 
 
 def from_nvidia(nvidia: Mapping[str, Any]) -> Migration:
-    """Convert an ``nvidia.com/v1`` ClusterPolicy mapping; ``ValueError`` for another kind."""
+    """Convert an ``nvidia.com/v1`` ClusterPolicy mapping; ``ValueError`` for another kind, a
+    `REFUSED` setting, or an `NvidiaSettingError`."""
     if nvidia.get("apiVersion") != "nvidia.com/v1" or nvidia.get("kind") != "ClusterPolicy":
         found = f"{nvidia.get('apiVersion')}/{nvidia.get('kind')}"
         raise ValueError(f"expected an nvidia.com/v1 ClusterPolicy, got {found}")
@@ -106,23 +308,23 @@ def from_nvidia(nvidia: Mapping[str, Any]) -> Migration:
     spec: dict[str, Any] = {}
     given = nvidia.get("spec")
     given = unset_empty(_without_defaults(given if isinstance(given, Mapping) else {}))
-    driver = given.get("driver")
-    if isinstance(driver, Mapping) and driver.get("useNvidiaDriverCRD") is True:
-        raise ValueError(
-            "spec.driver.useNvidiaDriverCRD is true: the driver is set up by NVIDIADriver"
-            " objects, which gpuctrl does not read; put the NVIDIADriver's repository, image"
-            " and version into spec.driver (or set spec.driver.enabled: false for a"
-            " preinstalled driver) and migrate again"
-        )
+    for refused, refusal in REFUSED.items():
+        owner = _at(given, refused[:-1])
+        if owner is not None and owner.get(refused[-1]) is True:
+            flag, section = ".".join(("spec", *refused)), ".".join(("spec", *refused[:-1]))
+            raise ValueError(f"{refusal.format(flag=flag, section=section)} and migrate again")
     for section, value in given.items():
         path = f"spec.{section}"
         if section not in _CARRIED:
-            if _is_set(value) and section in _OPERANDS:
+            if _is_set(value) and section in OPERANDS:
                 lacking.append(path)
             elif _is_set(value):
                 dropped.append(f"{path}: not supported by gpuctrl")
             continue
         carried = _section(section, value, path, dropped)
+        meaning = nvidia_meaning({section: carried})
+        dropped += meaning.notes
+        carried = unset_empty(meaning.spec).get(section, {})
         if carried:
             spec[section] = carried
     policy = {
@@ -134,23 +336,13 @@ def from_nvidia(nvidia: Mapping[str, Any]) -> Migration:
     return Migration(policy, dropped, lacking)
 
 
-# NVIDIA's sections that are operands (a DaemonSet each); the others are settings.
-_OPERANDS = (
-    "gfd", "dcgm", "dcgmExporter", "migManager", "nodeStatusExporter", "gds", "gdrcopy",
-    "vgpuManager", "vgpuDeviceManager", "vfioManager", "sandboxDevicePlugin", "kataManager",
-    "ccManager", "kataSandboxDevicePlugin",
-)  # fmt: skip
-
-
 def _without_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``spec`` less the fields that hold NVIDIA's meaningless defaults
     (`_NVIDIA_DEFAULTS`); `unset_empty` then drops the mappings this leaves empty."""
     out = copy.deepcopy(dict(spec))
     for path, default in _NVIDIA_DEFAULTS.items():
-        owner: Any = out
-        for key in path[:-1]:
-            owner = owner.get(key) if isinstance(owner, dict) else None
-        if isinstance(owner, dict) and owner.get(path[-1]) == default:
+        owner = _at(out, path[:-1])
+        if owner is not None and owner.get(path[-1]) == default:
             del owner[path[-1]]
     return out
 
@@ -159,11 +351,11 @@ def unset_empty(value: Mapping[str, Any]) -> dict[str, Any]:
     """``value`` without the keys NVIDIA reads as unset: ``""``, null, and (after this, inside)
     empty mappings and lists. Lists are kept whole: ``value: ""`` in an env entry is a value."""
     out: dict[str, Any] = {}
-    for key, field in value.items():
-        if isinstance(field, Mapping):
-            field = unset_empty(field)
-        if field not in ("", None, {}, []):
-            out[key] = field
+    for key, field_value in value.items():
+        if isinstance(field_value, Mapping):
+            field_value = unset_empty(field_value)
+        if field_value not in ("", None, {}, []):
+            out[key] = field_value
     return out
 
 
@@ -175,75 +367,33 @@ def _is_set(value: Any) -> bool:
 def _section(
     section: str, value: Mapping[str, Any], path: str, dropped: list[str]
 ) -> dict[str, Any]:
+    """The fields of NVIDIA's ``section`` gpuctrl carries, under gpuctrl's names; the rest
+    appended to ``dropped``. `nvidia_meaning` then reads the result."""
     out: dict[str, Any] = {}
-    for key, field in value.items():
+    for key, field_value in value.items():
         where = f"{path}.{key}"
         if section == "validator" and key in _IMAGE:
             dropped.append(f"{where}: gpuctrl runs its own validator agent image")
-        elif key in _IMAGE and key in _CARRIED[section]:
+        elif section == "toolkit" and key in _IMAGE:
             # gpuctrl's agent runs the toolkit; NVIDIA's image still supplies the runtime.
-            target = out.setdefault("runtimeImage", {}) if section == "toolkit" else out
-            target.update(_image_field(value, key))
-        elif key in _NO_OP.get(section, ()):
+            out.setdefault("runtimeImage", {})[key] = field_value
+        elif key in _NO_OP.get(section, ()) or field_value in NO_OP_VALUES.get((section, key), ()):
             continue
-        elif section == "operator" and key == "defaultRuntime":
-            if field in _RUNTIMES:
-                out[key] = field
-            elif field != "docker":
-                dropped.append(f"{where}: runtime {field!r} is not one gpuctrl configures")
         elif key not in _CARRIED[section]:
-            if _is_set(field):
+            if _is_set(field_value):
                 dropped.append(f"{where}: not supported by gpuctrl")
-        elif section == "toolkit" and key == "env":
-            _toolkit_env(field or [], out, where, dropped)
+        elif section == "operator" and key == "defaultRuntime" and field_value not in _RUNTIMES:
+            dropped.append(f"{where}: runtime {field_value!r} is not one gpuctrl configures")
         elif section == "validator" and key in ("driver", "toolkit", "cuda", "plugin"):
-            check = _only(field or {}, _VALIDATOR_CHECK_FIELDS, where, dropped)
-            if "env" in check:
-                check["env"] = _validator_env(check["env"], f"{where}.env", dropped)
-            out[key] = {k: v for k, v in check.items() if v}
-        elif section == "validator" and key == "env":
-            env = _validator_env(field, where, dropped)
-            if env:
-                out[key] = env
+            out[key] = _only(field_value or {}, _VALIDATOR_CHECK_FIELDS, where, dropped)
         elif section == "daemonsets" and key == "rollingUpdate":
-            out[key] = _rolling_update(_only(field, ("maxUnavailable",), where, dropped))
+            out[key] = _rolling_update(_only(field_value, ("maxUnavailable",), where, dropped))
         elif section == "driver" and key in ("repoConfig", "certConfig"):
             kept = _REPO_FIELDS if key == "repoConfig" else _CERT_FIELDS
-            out[key] = _only(field or {}, kept, where, dropped)
+            out[key] = _only(field_value or {}, kept, where, dropped)
         else:
-            out[key] = field
+            out[key] = field_value
     return out
-
-
-def _image_field(section: Mapping[str, Any], key: str) -> dict[str, str]:
-    """gpuctrl's image fields for NVIDIA's ``key`` (repository, image or version) of
-    ``section``. A full reference in ``image`` (``registry/path/name:tag`` or
-    ``...@sha256:...``) wins over the other two, as NVIDIA's imagePath takes it, and is split
-    into all three; an untagged one is ``latest``."""
-    image = section.get("image")
-    reference = isinstance(image, str) and any(c in image for c in "/:@")
-    if not reference:
-        return {key: section[key]}
-    if key != "image":
-        return {}
-    name, _, digest = str(image).partition("@")
-    repository, _, base = name.rpartition("/")
-    base, _, tag = base.partition(":")  # a registry port's colon is in repository
-    fields = {"image": base, "version": digest or tag or "latest"}
-    return {"repository": repository, **fields} if repository else fields
-
-
-def _validator_env(
-    env: list[Mapping[str, Any]], path: str, dropped: list[str]
-) -> list[Mapping[str, Any]]:
-    kept = []
-    for index, variable in enumerate(env):
-        why = _VALIDATOR_ENV.get(str(variable.get("name", "")))
-        if why is None:
-            kept.append(variable)
-        else:
-            dropped.append(f"{path}[{index}] {variable.get('name')}: {why}")
-    return kept
 
 
 def _rolling_update(value: dict[str, Any]) -> dict[str, Any]:
@@ -262,29 +412,3 @@ def _only(
         if key not in kept:
             dropped.append(f"{path}.{key}: not supported by gpuctrl")
     return {k: v for k, v in value.items() if k in kept}
-
-
-def _toolkit_env(
-    env: list[Mapping[str, Any]], out: dict[str, Any], path: str, dropped: list[str]
-) -> None:
-    containerd: dict[str, Any] = {}
-    plain = []
-    for index, variable in enumerate(env):
-        name = variable.get("name", "")
-        field = _TOOLKIT_ENV.get(name)
-        if name in _TOOLKIT_ENV_IGNORED:
-            dropped.append(f"{path}[{index}] {name}: {_TOOLKIT_ENV_IGNORED[name]}")
-        elif field == "configPath" and variable.get("value") in _GENERATED_CONFIGS:
-            containerd["distribution"] = _GENERATED_CONFIGS[variable["value"]]
-        elif field is None:
-            plain.append(dict(variable))
-        elif field == "setAsDefault":
-            containerd[field] = str(variable.get("value", "")).lower() in ("true", "1")
-        elif field == "restartMode" and variable.get("value") not in ("signal", "systemd", "none"):
-            dropped.append(f"{path}[{index}]: restart mode {variable.get('value')!r} is unknown")
-        else:
-            containerd[field] = variable.get("value", "")
-    if containerd:
-        out["containerd"] = containerd
-    if plain:
-        out["env"] = plain

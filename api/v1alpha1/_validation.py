@@ -5,7 +5,9 @@ the wire names (``spec.driver.repoConfig.nodeLocalPaths[0]``). It evaluates the 
 CRDs carry (declared beside the models' fields, see `api.v1alpha1._cel`), so what the
 apiserver refuses at apply time is refused offline with the same message, and then the rules
 CEL cannot carry (`api.v1alpha1._rules`). `load_cluster_policy` joins the schema's problems
-and these into one `InvalidPolicy` (`load_pod_policy` likewise for PodPolicy).
+and these into one `InvalidPolicy` (`load_pod_policy` likewise for PodPolicy). It first reads
+NVIDIA's spellings with NVIDIA's meaning (`api.nvidia.nvidia_meaning`), so a policy made from a
+values file written for NVIDIA's chart means what it means to NVIDIA.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from api.nvidia import NvidiaSettingError, nvidia_meaning
 from api.v1alpha1._base import wire
 from api.v1alpha1._clusterpolicy import ClusterPolicy, ClusterPolicySpec
 from api.v1alpha1._component import Component, Image, image_reference
@@ -50,7 +53,15 @@ class InvalidPolicy(ValueError):
 
 
 def load_cluster_policy(mapping: Mapping[str, Any]) -> ClusterPolicy:
-    """Parse and validate a ClusterPolicy mapping; raises `InvalidPolicy` with every problem."""
+    """Parse and validate a ClusterPolicy mapping (wire names, as stored), NVIDIA's spellings
+    in its spec read as `api.nvidia.nvidia_meaning` reads them; raises `InvalidPolicy` with
+    every problem."""
+    spec = mapping.get("spec")
+    if isinstance(spec, Mapping):
+        try:
+            mapping = {**mapping, "spec": nvidia_meaning(spec).spec}
+        except NvidiaSettingError as error:
+            raise InvalidPolicy([Problem(path, why) for path, why in error.problems]) from error
     return _load(ClusterPolicy, validate, mapping)
 
 

@@ -1,16 +1,37 @@
-"""``gpuctrl migrate`` on a realistic NVIDIA ClusterPolicy."""
+"""``gpuctrl migrate`` on a realistic NVIDIA ClusterPolicy, and the mapping of NVIDIA's meaning
+it shares with ``load_cluster_policy`` (`api.nvidia.nvidia_meaning`)."""
 
+import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel
 
-from api.nvidia import from_nvidia
-from api.v1alpha1 import load_cluster_policy
+from api.nvidia import (
+    IMAGE_SECTIONS,
+    NvidiaSettingError,
+    from_nvidia,
+    nvidia_meaning,
+    split_reference,
+)
+from api.v1alpha1 import (
+    ClusterPolicySpec,
+    Component,
+    Image,
+    InvalidPolicy,
+    image_reference,
+    load_cluster_policy,
+    wire,
+)
 from gpuctrl.cli import main
 
 NVIDIA = Path(__file__).parents[2] / "data" / "nvidia-clusterpolicy.yaml"
+DIGEST = "sha256:" + "b" * 64
+K3S_CONFIG = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
 
 
 def test_conversion_carries_shared_fields_and_lists_the_rest() -> None:
@@ -231,3 +252,174 @@ def test_nvidia_driver_crd_is_refused_with_what_to_do(
     assert out == ""
     assert "useNvidiaDriverCRD is true" in err
     assert "spec.driver (or set spec.driver.enabled: false" in err
+
+
+# --- NVIDIA's meaning in gpuctrl's own API: the mapping migrate and load_cluster_policy share.
+
+
+def _component_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """The wire paths of the model's Component and Image sections, recursively."""
+    found = set()
+    hints = typing.get_type_hints(model)
+    for name, info in model.model_fields.items():
+        hint = hints[name]
+        if isinstance(hint, type) and issubclass(hint, BaseModel):
+            path = (*prefix, info.alias or name)
+            if issubclass(hint, Component | Image):
+                found.add(path)
+            found |= _component_paths(hint, path)
+    return found
+
+
+def test_image_sections_are_the_models_image_fields() -> None:
+    assert set(IMAGE_SECTIONS) == _component_paths(ClusterPolicySpec)
+
+
+@pytest.mark.parametrize(
+    ("image", "fields"),
+    [
+        ("driver", None),
+        ("cloud-native/k8s-driver-manager", None),  # NVIDIA joins it to repository/version
+        ("nvidia/cuda:12.4.1", {"repository": "nvidia", "image": "cuda", "version": "12.4.1"}),
+        ("driver:550.1", {"image": "driver", "version": "550.1"}),  # repository kept
+        ("mirror.example.com:5000/driver", {"repository": "mirror.example.com:5000",
+                                            "image": "driver", "version": "latest"}),
+        ("localhost/x/driver", {"repository": "localhost/x", "image": "driver",
+                                "version": "latest"}),
+        (f"r.example.com/nv/plugin@{DIGEST}", {"repository": "r.example.com/nv",
+                                               "image": "plugin", "version": DIGEST}),
+    ],
+)  # fmt: skip
+def test_split_reference(image: str, fields: dict[str, str] | None) -> None:
+    assert split_reference(image) == fields
+
+
+@given(
+    st.sampled_from(["", "registry.example.com/", "mirror.example.com:5000/", "localhost/"]),
+    st.lists(st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True), min_size=1, max_size=3),
+    st.one_of(st.from_regex(r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,10}", fullmatch=True),
+              st.just(f"@{DIGEST}")),
+)  # fmt: skip
+def test_a_split_reference_names_the_same_image(host: str, path: list[str], tag: str) -> None:
+    reference = host + "/".join(path) + tag
+    fields = split_reference(reference)
+    assert fields is not None
+    image = Image.model_validate({"repository": "nvcr.io/nvidia", **fields})
+    expected = reference if host or len(path) > 1 else f"nvcr.io/nvidia/{reference}"
+    assert image_reference(image) == expected
+
+
+def test_a_full_reference_wins_over_the_crds_defaults() -> None:
+    # As the apiserver stores a chart's driver.image: the CRD filled repository and version in.
+    stored = wire(
+        ClusterPolicySpec.model_validate({"driver": {"image": f"r.example.com/d@{DIGEST}"}})
+    )
+    driver = load_cluster_policy({"spec": stored}).spec.driver
+    assert (driver.repository, driver.image, driver.version) == ("r.example.com", "d", DIGEST)
+
+
+def _toolkit(**toolkit: Any) -> Any:
+    return load_cluster_policy({"spec": {"toolkit": toolkit}}).spec.toolkit
+
+
+def test_toolkit_env_is_read_as_the_containerd_settings_at_load() -> None:
+    env = [
+        {"name": "CONTAINERD_CONFIG", "value": K3S_CONFIG.replace("k3s", "rke2")},
+        {"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"},
+        {"name": "CONTAINERD_SET_AS_DEFAULT", "value": "False"},
+        {"name": "RUNTIME_CONFIG_SOURCE", "value": "command"},
+        {"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+    ]  # fmt: skip
+    toolkit = _toolkit(env=env, containerd={"socketPath": "/run/k3s/containerd/containerd.sock"})
+    assert toolkit.containerd.distribution == "rke2"
+    assert toolkit.containerd.socket_path == "/run/k3s/containerd/containerd.sock"
+    assert toolkit.containerd.set_as_default is False
+    assert [v.name for v in toolkit.env] == ["HTTPS_PROXY"]  # the config source: left out
+
+
+@pytest.mark.parametrize(
+    ("toolkit", "path", "why"),
+    [
+        (
+            {"env": [{"name": "CONTAINERD_SOCKET", "value": "/run/a.sock"}],
+             "containerd": {"socketPath": "/run/b.sock"}},
+            "spec.toolkit.env[0]",
+            "CONTAINERD_SOCKET means socketPath '/run/a.sock', but"
+            " spec.toolkit.containerd.socketPath is '/run/b.sock': keep one",
+        ),
+        (
+            {"env": [{"name": "CONTAINERD_CONFIG", "value": "/etc/a.toml"},
+                     {"name": "RUNTIME_CONFIG", "value": "/etc/b.toml"}]},
+            "spec.toolkit.env[1]",
+            "RUNTIME_CONFIG means configPath '/etc/b.toml', but spec.toolkit.env[0]"
+            " CONTAINERD_CONFIG is '/etc/a.toml': keep one",
+        ),
+        (
+            {"env": [{"name": "CONTAINERD_CONFIG", "value": K3S_CONFIG}],
+             "containerd": {"distribution": "rke2"}},
+            "spec.toolkit.env[0]",
+            "CONTAINERD_CONFIG means distribution 'k3s', but"
+            " spec.toolkit.containerd.distribution is 'rke2': keep one",
+        ),
+        (
+            {"env": [{"name": "RUNTIME_RESTART_MODE", "value": "reboot"}]},
+            "spec.toolkit.env[0]",
+            "RUNTIME_RESTART_MODE 'reboot' is not one of signal, systemd, none",
+        ),
+        (
+            {"env": [{"name": "NVIDIA_RUNTIME_SET_AS_DEFAULT", "value": "yes"}]},
+            "spec.toolkit.env[0]",
+            "NVIDIA_RUNTIME_SET_AS_DEFAULT 'yes' is not a boolean (true or false)",
+        ),
+    ],
+    ids=["env-vs-field", "env-vs-env", "k3s-vs-distribution", "restart-mode", "boolean"],
+)  # fmt: skip
+def test_contradicting_or_refused_nvidia_env_is_a_problem_naming_it(
+    toolkit: dict[str, Any], path: str, why: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(InvalidPolicy) as invalid:
+        _toolkit(**toolkit)
+    assert [(p.path, p.message) for p in invalid.value.problems] == [(path, why)]
+    # migrate says the same of NVIDIA's env (NVIDIA's toolkit section has no containerd).
+    if "containerd" not in toolkit:
+        source = tmp_path / "nvidia.yaml"
+        nvidia = {
+            "apiVersion": "nvidia.com/v1",
+            "kind": "ClusterPolicy",
+            "spec": {"toolkit": toolkit},
+        }
+        source.write_text(yaml.safe_dump(nvidia))
+        assert main(["migrate", "-f", str(source)]) == 2
+        out, err = capsys.readouterr()
+        assert (out, err) == ("", f"error: {source}: {path}: {why}\n")
+
+
+def test_env_that_agrees_with_the_explicit_field_is_no_contradiction() -> None:
+    env = [{"name": "CONTAINERD_RUNTIME_CLASS", "value": "nvidia"}]
+    toolkit = _toolkit(env=env, containerd={"runtimeClassName": "nvidia"})
+    assert toolkit.containerd.runtime_class_name == "nvidia"
+    assert not toolkit.env
+
+
+_ENV = st.sampled_from(
+    ["CONTAINERD_CONFIG", "CONTAINERD_SOCKET", "RUNTIME_CONFIG_SOURCE", "WITH_WORKLOAD", "OTHER"]
+)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["toolkit", "validator", "driver"]),
+        st.fixed_dictionaries(
+            {"env": st.lists(st.builds(lambda n: {"name": n, "value": "/x"}, _ENV), max_size=4)},
+            optional={"image": st.sampled_from(["driver", "r.example.com/a/b:1", f"b@{DIGEST}"])},
+        ),
+    )
+)
+def test_nvidia_meaning_is_idempotent(spec: dict[str, Any]) -> None:
+    try:
+        once = nvidia_meaning(spec)
+    except NvidiaSettingError:
+        return
+    twice = nvidia_meaning(once.spec)
+    assert twice.spec == once.spec
+    assert twice.notes == []

@@ -2,9 +2,10 @@
 
 Default values render the objects of ``kubectl kustomize config/default`` (less Helm's labels,
 the Namespace, which ``helm install --create-namespace`` makes, and the CRDs, which Helm takes
-from crds/) plus the ClusterPolicy; the samples' values render the samples; NVIDIA's own
-values.yaml and a values file written for NVIDIA's chart render valid objects; bad values fail
-the generated schema with the value's path.
+from crds/) plus the ClusterPolicy; the samples' values render the samples; NVIDIA's default
+values (test/data/nvidia/, their facts in gpuctrl's own layout) and a values file written for
+NVIDIA's chart render valid objects; bad values fail the generated schema with the value's path.
+test_install_nvidia_values.py holds the chart to `gpuctrl migrate`'s meaning of NVIDIA's values.
 """
 
 from __future__ import annotations
@@ -172,7 +173,13 @@ def test_nvidias_values_report_what_gpuctrl_ignores() -> None:
         "validator.image",
         "validator.repository",
     ]
+    # NVIDIA's operands enabled by default, named as `gpuctrl migrate` names them.
+    assert (
+        "Operands gpuctrl lacks (not deployed): gfd, dcgmExporter, migManager, vgpuDeviceManager,"
+        " vfioManager, sandboxDevicePlugin, ccManager, kataSandboxDevicePlugin"
+    ) in notes(values)
     assert "ignored" not in notes({})
+    assert "lacks" not in notes({})
 
 
 def test_values_written_for_nvidias_chart_with_a_node_local_repo_and_istio() -> None:
@@ -182,7 +189,11 @@ def test_values_written_for_nvidias_chart_with_a_node_local_repo_and_istio() -> 
     assert (repo.config_map_name, repo.node_local_paths) == ("local-repo", ["/opt/local-packages"])
     assert policy.spec.driver.cert_config.name is None
     assert policy.spec.toolkit.install_dir == "/usr/local/nvidia"
-    assert policy.spec.validator.plugin.env[0].value == "false"
+    # NVIDIA's meaning, as migrate gives it: CONTAINERD_CONFIG is the agent's config path, and
+    # WITH_WORKLOAD, which gpuctrl's agent does not read, is left out (NOTES names it).
+    assert policy.spec.toolkit.containerd.config_path == "/etc/containerd/config.toml"
+    assert not policy.spec.toolkit.env
+    assert not policy.spec.validator.plugin.env
     (config_map,) = [o for o in rendered if o["kind"] == "ConfigMap"]
     assert config_map["metadata"] == {"name": "local-repo", "namespace": "gpu-operator"}
     pod_policy = load_pod_policy(only(rendered, "PodPolicy"))

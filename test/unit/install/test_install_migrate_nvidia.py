@@ -1,4 +1,5 @@
-"""``gpuctrl migrate`` on NVIDIA's own published sample ClusterPolicy, and NVIDIA's "" names."""
+"""``gpuctrl migrate`` on NVIDIA's published sample ClusterPolicy (test/data/nvidia/, its facts
+in gpuctrl's own layout), and NVIDIA's "" names."""
 
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,9 @@ SAMPLE = Path(__file__).parents[2] / "data" / "nvidia" / "v1_clusterpolicy.yaml"
 # is a change users moving over will see: review it, then update the list.
 SAMPLE_NOT_CARRIED = [
     "spec.operator.use_ocp_driver_toolkit: not supported by gpuctrl",
+    "spec.driver.upgradePolicy: not supported by gpuctrl",
     "spec.validator.env[0] WITH_WORKLOAD: gpuctrl's cuda and plugin checks always run their"
     " workload pod",
-    "spec.driver.upgradePolicy: not supported by gpuctrl",
 ]
 SAMPLE_LACKING = (
     "operands gpuctrl lacks: spec.gfd, spec.dcgm, spec.dcgmExporter, spec.migManager,"

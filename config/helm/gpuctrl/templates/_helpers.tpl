@@ -42,6 +42,19 @@ true
 {{- end -}}
 {{- end }}
 
+{{- /* (list map path): the value at `path` (a list of keys) in `map`, "" where there is none. */}}
+{{- define "gpuctrl.valueAt" -}}
+{{- $value := index . 0 -}}
+{{- range $key := index . 1 -}}
+{{- if kindIs "map" $value -}}
+{{- $value = get $value $key -}}
+{{- else -}}
+{{- $value = "" -}}
+{{- end -}}
+{{- end -}}
+{{- toString $value -}}
+{{- end }}
+
 {{- /* Whether a value sets nothing: unset, or a map of such values. */}}
 {{- define "gpuctrl.blank" -}}
 {{- if include "gpuctrl.unset" . -}}
