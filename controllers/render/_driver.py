@@ -29,7 +29,7 @@ from controllers.render._facts import (
     ConfigMapFacts,
     OsRelease,
 )
-from controllers.render._meta import daemonset_context, env_over
+from controllers.render._meta import NODE_NAME_ENV, daemonset_context, env_over
 from controllers.render._osfamily import OsFamily, family_of, unknown_os_message
 from controllers.render._readers import used_folders
 
@@ -58,7 +58,7 @@ _DRIVER_ENV = ({"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "stat
 # the env NVIDIA's operator gives it (runc for it, GPU pods evicted, no drain), the user's
 # driver.manager.env over it.
 _MANAGER_ENV = (
-    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    NODE_NAME_ENV,
     {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
     {"name": "ENABLE_GPU_POD_EVICTION", "value": "true"},
     {"name": "ENABLE_AUTO_DRAIN", "value": "false"},

@@ -12,6 +12,7 @@ from controllers.render._facts import ClusterFacts
 __all__ = [
     "COMPONENT",
     "MANAGED_BY",
+    "NODE_NAME_ENV",
     "DaemonSetContext",
     "daemonset_context",
     "env",
@@ -24,8 +25,10 @@ COMPONENT = "app.kubernetes.io/component"
 SELECTOR = "app"
 
 # The operand's own pod environment: where it runs, filled in by the kubelet.
+NODE_NAME_ENV = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+"""The node a pod runs on, as the kubelet fills it in."""
 _DOWNWARD_ENV = (
-    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    NODE_NAME_ENV,
     {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
 )
 

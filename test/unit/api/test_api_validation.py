@@ -316,3 +316,14 @@ def test_pod_policy_sample_is_valid() -> None:
 def test_pod_policy_may_set_plain_keys(key: str) -> None:
     """A domain is refused with its subdomains, not every name that merely ends like it."""
     load_pod_policy({"spec": {"labels": {key: "v"}, "annotations": {key: "v"}}})
+
+
+def test_a_bad_driver_manager_image_names_its_field() -> None:
+    spec = {"driver": {"manager": {"repository": "Registry.Example.com", "version": "v 1"}}}
+    with pytest.raises(InvalidPolicy) as raised:
+        load_cluster_policy({"spec": spec})
+    [problem] = raised.value.problems
+    assert problem.path == "spec.driver.manager.version"
+    assert problem.message == (
+        "'Registry.Example.com/k8s-driver-manager:v 1' is not a well-formed image reference"
+    )
