@@ -53,7 +53,7 @@ _CARRIED = {
         "updateStrategy",
         "rollingUpdate",
     ),
-    "driver": (*_IMAGE, *_COMMON, "repoConfig", "certConfig", "manager"),
+    "driver": (*_IMAGE, *_COMMON, "repoConfig", "certConfig", "manager", "upgradePolicy"),
     "toolkit": (*_IMAGE, *_COMMON, "installDir"),
     "validator": (*_COMMON, "driver", "toolkit", "cuda", "plugin"),
     "devicePlugin": (*_IMAGE, *_COMMON),
@@ -388,6 +388,8 @@ def _section(
             out[key] = _only(field_value or {}, _VALIDATOR_CHECK_FIELDS, where, dropped)
         elif section == "daemonsets" and key == "rollingUpdate":
             out[key] = _rolling_update(_only(field_value, ("maxUnavailable",), where, dropped))
+        elif section == "driver" and key == "upgradePolicy":
+            out[key] = _upgrade_policy(field_value or {}, where, dropped)
         elif section == "driver" and key in ("repoConfig", "certConfig"):
             kept = _REPO_FIELDS if key == "repoConfig" else _CERT_FIELDS
             out[key] = _only(field_value or {}, kept, where, dropped)
@@ -397,12 +399,24 @@ def _section(
 
 
 def _rolling_update(value: dict[str, Any]) -> dict[str, Any]:
-    # NVIDIA's chart quotes the number (maxUnavailable: "1"); gpuctrl's CRD takes a number or
-    # a percentage.
+    # NVIDIA's chart quotes the number (maxUnavailable: "1"), in rollingUpdate and upgradePolicy
+    # alike; gpuctrl's CRD takes a number or a percentage.
     number = value.get("maxUnavailable")
     if isinstance(number, str) and number.isdigit():
         return {**value, "maxUnavailable": int(number)}
     return value
+
+
+def _upgrade_policy(value: dict[str, Any], path: str, dropped: list[str]) -> dict[str, Any]:
+    # NVIDIA's CR says podDeletion where its chart's values (and gpuctrl) say gpuPodDeletion.
+    found = dict(value)
+    if "podDeletion" in found:
+        moved = found.pop("podDeletion")
+        if "gpuPodDeletion" in found and found["gpuPodDeletion"] != moved:
+            dropped.append(f"{path}.podDeletion: gpuPodDeletion is set too and wins")
+        else:
+            found["gpuPodDeletion"] = moved
+    return _rolling_update(found)
 
 
 def _only(

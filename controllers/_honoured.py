@@ -118,7 +118,6 @@ def add_policy_controller(
         name,
         reconciler,
         for_=CLUSTER_POLICIES,
-        namespace=namespace,
         predicates=predicates,
         watches=[remap, *watches],
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from controllers._upgrade_plan import SKIP, STATE
 from controllers.render._facts import OS_ID_LABEL, OS_VERSION_LABEL
 
 __all__ = [
@@ -39,6 +40,8 @@ READ_LABELS = (
     *DEPLOY_LABELS.values(),
     OS_ID_LABEL,
     OS_VERSION_LABEL,
+    STATE,
+    SKIP,
 )
 """Every Node label a controller reads: the labeller's rule, the render's facts (GPU and OS
 labels, see `controllers.render`), the ready-node count. A controller that reads another label

@@ -71,14 +71,17 @@ _DESIRED = Gauge(
 class Operand:
     """One operand: its ``component`` (label value, controller name, field manager suffix),
     the ``condition`` type it owns, whether a policy ``enabled`` it, which GPU nodes it
-    cannot serve (``unplaced``: the driver's nodes without NFD OS labels), and the errors that
-    keep its last good objects in place (``blocked``: the driver's repository errors)."""
+    cannot serve (``unplaced``: the driver's nodes without NFD OS labels), the errors that
+    keep its last good objects in place (``blocked``: the driver's repository errors), and the
+    nodes whose pods run but are not yet known good (``unsettled``: the driver's nodes not done
+    with an upgrade, see `controllers.upgrade`)."""
 
     component: str
     condition: str
     enabled: Callable[[ClusterPolicy], bool]
     unplaced: Callable[[ClusterPolicy, ClusterFacts], list[str]] = lambda policy, facts: []
     blocked: Callable[[ClusterPolicy, ClusterFacts], list[str]] = lambda policy, facts: []
+    unsettled: Callable[[ClusterPolicy, ClusterFacts], list[str]] = lambda policy, facts: []
 
     @property
     def field_manager(self) -> str:
@@ -231,10 +234,14 @@ class OperandReconciler:
             text = f"{summary(component, sets)}; the DaemonSet controller has not yet observed "
             text += ", ".join(pending)
             await self._condition(policy, False, PENDING, text, quiet=True)
-        elif all(r.done for _, r in sets):
-            await self._condition(policy, True, "Reconciled", summary(component, sets))
-        else:
+        elif not all(r.done for _, r in sets):
             await self._condition(policy, False, "OperandNotReady", summary(component, sets))
+        elif unsettled := self._operand.unsettled(model, facts):
+            shown = ", ".join(unsettled[:5]) + (" and more" if len(unsettled) > 5 else "")
+            text = f"{summary(component, sets)}; not yet validated on it: {shown}"
+            await self._condition(policy, False, "UpgradeInProgress", text, quiet=True)
+        else:
+            await self._condition(policy, True, "Reconciled", summary(component, sets))
 
     def _readiness(self, ds: Mapping[str, Any]) -> tuple[str, DaemonSetReadiness]:
         name = ds["metadata"]["name"]

@@ -22,6 +22,7 @@ from controllers._kinds import (
     ROLES,
 )
 from controllers._labels import READ_LABELS
+from controllers._upgrade_plan import upgraded
 from controllers.render import NODE_EVENTS_NAMESPACE, ClusterFacts
 from controllers.render._facts import GPU_LABELS, OS_ID_LABEL, OS_VERSION_LABEL
 from gpuctrl.runtime import (
@@ -56,8 +57,24 @@ __all__ = [
 ]
 
 
+def _container_summary(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A container's status less its times: name, restarts, readiness, how it runs or ended."""
+
+    def state(found: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {k: {"exitCode": v.get("exitCode")} for k, v in (found or {}).items()}
+
+    return {
+        "name": entry.get("name"),
+        "restartCount": entry.get("restartCount", 0),
+        "ready": entry.get("ready", False),
+        "state": state(entry.get("state")),
+        "lastState": state(entry.get("lastState")),
+    }
+
+
 def _pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
-    """An operand Pod as readiness needs it: metadata, node, phase and conditions."""
+    """An operand Pod as readiness and the driver upgrade need it: metadata, node, phase,
+    conditions and its containers' restarts and states."""
     meta = {k: v for k, v in pod["metadata"].items() if k != "managedFields"}
     status = pod.get("status") or {}
     return {
@@ -65,7 +82,14 @@ def _pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": meta,
         "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
-        "status": {"phase": status.get("phase"), "conditions": status.get("conditions") or []},
+        "status": {
+            "phase": status.get("phase"),
+            "conditions": status.get("conditions") or [],
+            **{
+                key: [_container_summary(c) for c in status.get(key) or ()]
+                for key in ("containerStatuses", "initContainerStatuses")
+            },
+        },
     }
 
 
@@ -265,15 +289,16 @@ def informer_terms(resource: Resource) -> dict[str, Any]:
     return _options(resource)
 
 
-def _node_role(obj: Mapping[str, Any]) -> tuple[bool, str | None, str | None]:
+def _node_role(obj: Mapping[str, Any]) -> tuple[bool, str | None, str | None, bool]:
     labels = obj["metadata"].get("labels") or {}
     gpu = any(labels.get(label) == "true" for label in GPU_LABELS)
-    return gpu, labels.get(OS_ID_LABEL), labels.get(OS_VERSION_LABEL)
+    return gpu, labels.get(OS_ID_LABEL), labels.get(OS_VERSION_LABEL), upgraded(labels)
 
 
 def node_role_changed(event: Event) -> bool:
-    """Passes Node adds, deletes, resyncs and updates that change what a render reads of a
-    node: whether it has a GPU, its OS (not the deploy labels the labeller writes)."""
+    """Passes Node adds, deletes, resyncs and updates that change what an operand reads of a
+    node: whether it has a GPU, its OS, whether its driver upgrade is done (not the deploy
+    labels the labeller writes)."""
     return (
         event.type != "update"
         or event.old is None

@@ -7,7 +7,7 @@ one Event recorder.
 
 from __future__ import annotations
 
-from controllers import nodes, podpolicy, policy, repoconfig
+from controllers import nodes, podpolicy, policy, repoconfig, upgrade
 from controllers._operand import setup_operand
 from controllers._reads import TRANSFORMS
 from controllers._status import PolicyStatus
@@ -32,5 +32,6 @@ def setup_controllers(manager: Manager, namespace: str) -> None:
     for operand in OPERANDS:
         setup_operand(manager, namespace, operand, status(operand.component))
     repoconfig.setup(manager, namespace, status("repo-config"))
+    upgrade.setup(manager, namespace, status("driver-upgrade"))
     policy.setup(manager, namespace, status("policy"))
     podpolicy.setup(manager, namespace)

@@ -30,6 +30,7 @@ from controllers._status import PolicyStatus, condition
 from controllers.nodes import DEPLOY_LABELS, LABELLED, enabled_components, is_gpu
 from controllers.operands import OPERANDS
 from controllers.repoconfig import REPO_CONFIG_READY
+from controllers.upgrade import UPGRADE
 from gpuctrl.runtime import (
     Cache,
     Controller,
@@ -50,7 +51,12 @@ __all__ = [
 ]
 
 READY = "Ready"
-CONDITIONS = (LABELLED, REPO_CONFIG_READY, *(operand.condition for operand in OPERANDS))
+CONDITIONS = (
+    LABELLED,
+    REPO_CONFIG_READY,
+    *(operand.condition for operand in OPERANDS),
+    UPGRADE,
+)
 """The conditions of the other controllers that ``Ready`` aggregates."""
 
 

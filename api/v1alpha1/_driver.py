@@ -12,6 +12,7 @@ from api.v1alpha1._base import MAX_LIST_ITEMS, ApiModel, EnvVar, ObjectName, Pul
 from api.v1alpha1._cel import Rule, cel_rules, interpolated, literal, quoted
 from api.v1alpha1._component import Component, Image, ImageVersion
 from api.v1alpha1._images import NVIDIA_IMAGES
+from api.v1alpha1._upgrade import DriverUpgradePolicySpec
 
 __all__ = [
     "FORBIDDEN_HOST_ROOTS",
@@ -207,4 +208,10 @@ class DriverSpec(Component):
     manager: DriverManagerSpec = Field(
         default_factory=DriverManagerSpec,
         description="NVIDIA's k8s-driver-manager, run before the driver container.",
+    )
+    upgrade_policy: DriverUpgradePolicySpec = Field(
+        default_factory=DriverUpgradePolicySpec,
+        description="How nodes move to a new driver. The driver's DaemonSets are always "
+        "OnDelete (daemonsets.updateStrategy applies to the other operands): the upgrade "
+        "controller replaces each node's driver pod in turn.",
     )

@@ -160,6 +160,7 @@ def _daemonset(
         image_env=_DRIVER_ENV,
         pod_annotations={CONFIG_HASH: _content_hash(hashed)} if hashed else None,
         image=image_reference(driver, f"-{os.tag}"),
+        on_delete=True,
     )
     manager = {
         "image": image_reference(driver.manager),

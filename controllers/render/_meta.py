@@ -111,12 +111,15 @@ def daemonset_context(
     pod_annotations: Mapping[str, str] | None = None,
     image: str | None = None,
     image_env: tuple[dict[str, Any], ...] = (),
+    on_delete: bool = False,
 ) -> DaemonSetContext:
     """The context of operand DaemonSet ``name`` for ``component`` configured by ``spec``.
 
     Pods select nodes labelled ``deploy_label=true`` (NVIDIA's labels) plus the policy's
     ``daemonsets.nodeSelector`` and ``node_selector``; ``image`` overrides ``spec``'s image;
-    ``image_env`` is what the image needs in its env (the user's ``env`` overrides it).
+    ``image_env`` is what the image needs in its env (the user's ``env`` overrides it);
+    ``on_delete``: OnDelete whatever ``daemonsets.updateStrategy`` says (the driver's pods are
+    replaced by the upgrade controller alone).
     """
     daemonsets = policy.spec.daemonsets
     selector = {SELECTOR: name}
@@ -124,8 +127,8 @@ def daemonset_context(
     annotations = {**daemonsets.annotations, **(pod_annotations or {})}
     pod_metadata = metadata(policy, component, name, None, pod_labels, annotations)
     del pod_metadata["name"]  # pods are named by the DaemonSet controller
-    strategy: dict[str, Any] = {"type": daemonsets.update_strategy}
-    if daemonsets.update_strategy == "RollingUpdate":
+    strategy: dict[str, Any] = {"type": "OnDelete" if on_delete else daemonsets.update_strategy}
+    if strategy["type"] == "RollingUpdate":
         strategy["rollingUpdate"] = wire(daemonsets.rolling_update)
     return DaemonSetContext(
         metadata=metadata(policy, component, name, facts.namespace, daemonsets.labels),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import sys
 from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -162,3 +163,51 @@ class AuditLog:
                     continue
                 found.append(f"{entry['verb']} {ref.get('resource')}/{ref.get('name', '')}")
         return found
+
+
+class ManagerProcess:
+    """One ``gpuctrl manager`` subprocess and the lines it logged."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self.leading = asyncio.Event()
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def start(cls, kubeconfig: Path, namespace: str) -> ManagerProcess:
+        """Start ``gpuctrl manager`` (leader election on) for operands in ``namespace``."""
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gpuctrl", "manager",
+            "--kubeconfig", str(kubeconfig),
+            "--namespace", namespace,
+            "--metrics-bind-address", "127.0.0.1:0",
+            "--health-probe-bind-address", "127.0.0.1:0",
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        return cls(process)
+
+    async def _read(self) -> None:
+        assert self.process.stderr is not None
+        async for raw in self.process.stderr:
+            line = raw.decode(errors="replace")
+            self.lines.append(line)
+            if "became leader" in line:
+                self.leading.set()
+
+    async def wait_leading(self, seconds: float) -> None:
+        try:
+            async with asyncio.timeout(seconds):
+                await self.leading.wait()
+        except TimeoutError:
+            raise AssertionError("not leading:\n" + "".join(self.lines)) from None
+
+    async def exit_code(self, seconds: float = 30) -> int:
+        async with asyncio.timeout(seconds):
+            code = await self.process.wait()
+            await self._reader
+        return code
+
+    def kill(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()

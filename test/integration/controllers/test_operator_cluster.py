@@ -49,6 +49,8 @@ GOOD_REPOS = {
 }
 # The manager's controllers, all but podpolicy-status (no PodPolicy here for it to reconcile).
 CONTROLLERS = {"nodes", "nodes-status", "policy", "repo-config"} | {o.component for o in OPERANDS}
+# Driver changes upgrade every node at once (the limits are test_driver_upgrade's).
+ALL_AT_ONCE = {"maxParallelUpgrades": 0, "maxUnavailable": "100%"}
 POKE = "example.com/poke"  # an annotation no controller reads
 SECOND_GPU_LABEL = "feature.node.kubernetes.io/pci-0302_10de.present"
 DEPLOY = {
@@ -84,7 +86,7 @@ async def operator(cluster: ControlPlane, client: Client) -> AsyncIterator[Runni
     async with SimulatedKubelet(cluster.kubeconfig, nodes):
         namespaces = await client.resource("v1", "Namespace")
         await client.create(namespaces, {"metadata": {"name": NAMESPACE}})
-        await client.create(POLICIES, policy(POLICY))
+        await client.create(POLICIES, policy(POLICY, {"driver": {"upgradePolicy": ALL_AT_ONCE}}))
         running = Running(cluster)
         await running.start()
         try:
@@ -470,10 +472,11 @@ async def test_a_gpu_node_without_nfd_os_labels_is_named(operator: Running, clie
     await converged(client)
 
 
-async def test_on_delete_driver_is_ready_only_on_its_newest_revision(
+async def test_without_auto_upgrade_the_driver_is_ready_only_on_its_newest_revision(
     operator: Running, client: Client
 ) -> None:
-    await patch_policy(client, {"daemonsets": {"updateStrategy": "OnDelete"}})
+    # The driver is OnDelete: with autoUpgrade off, nothing replaces its pods but a delete.
+    await patch_policy(client, {"driver": {"upgradePolicy": {"autoUpgrade": False}}})
     await converged(client)
     await patch_policy(client, {"driver": {"version": "550.90.07"}})
 
@@ -488,9 +491,9 @@ async def test_on_delete_driver_is_ready_only_on_its_newest_revision(
         await client.delete(PODS, pod["metadata"]["name"], NAMESPACE)
     await converged(client)
     await patch_policy(
-        client, {"daemonsets": {"updateStrategy": None}, "driver": {"version": None}}
+        client, {"driver": {"upgradePolicy": {"autoUpgrade": None}, "version": None}}
     )
-    await converged(client)
+    await converged(client)  # the upgrade controller rolls the drivers back
 
 
 async def policy_events(client: Client) -> list[dict[str, Any]]:

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
-from operator_helpers import DAEMON_SETS, POLICIES, daemonsets, policy, status_of
+from operator_helpers import DAEMON_SETS, POLICIES, ManagerProcess, daemonsets, policy, status_of
 
 from gpuctrl.runtime import Client, Resource
 from gpuctrl.testing import ControlPlane, SimulatedKubelet, eventually, simulated_gpu_nodes
@@ -22,53 +20,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 NAMESPACE = "operands"
 LEASES = Resource("coordination.k8s.io/v1", "Lease", "leases")
 FAILOVER_LIMIT = 15 + 2 + 3  # lease duration + retry period, and the standby's start-up slack
-
-
-class ManagerProcess:
-    """One ``gpuctrl manager`` subprocess and the lines it logged."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-        self.lines: list[str] = []
-        self.leading = asyncio.Event()
-        self._reader = asyncio.create_task(self._read())
-
-    @classmethod
-    async def start(cls, kubeconfig: Path) -> ManagerProcess:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gpuctrl", "manager",
-            "--kubeconfig", str(kubeconfig),
-            "--namespace", NAMESPACE,
-            "--metrics-bind-address", "127.0.0.1:0",
-            "--health-probe-bind-address", "127.0.0.1:0",
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        return cls(process)
-
-    async def _read(self) -> None:
-        assert self.process.stderr is not None
-        async for raw in self.process.stderr:
-            line = raw.decode(errors="replace")
-            self.lines.append(line)
-            if "became leader" in line:
-                self.leading.set()
-
-    async def wait_leading(self, seconds: float) -> None:
-        try:
-            async with asyncio.timeout(seconds):
-                await self.leading.wait()
-        except TimeoutError:
-            raise AssertionError("not leading:\n" + "".join(self.lines)) from None
-
-    async def exit_code(self, seconds: float = 30) -> int:
-        async with asyncio.timeout(seconds):
-            code = await self.process.wait()
-            await self._reader
-        return code
-
-    def kill(self) -> None:
-        if self.process.returncode is None:
-            self.process.kill()
 
 
 async def _holder(client: Client) -> str | None:
@@ -84,11 +35,11 @@ async def test_leader_election_failover_release_and_loss(
     nodes = simulated_gpu_nodes("leader", count=2)
     async with SimulatedKubelet(cluster.kubeconfig, nodes):
         try:
-            first = await ManagerProcess.start(cluster.kubeconfig)
+            first = await ManagerProcess.start(cluster.kubeconfig, NAMESPACE)
             processes.append(first)
             await first.wait_leading(60)  # it also created the operands namespace
             await client.create(POLICIES, policy("elected"))
-            second = await ManagerProcess.start(cluster.kubeconfig)
+            second = await ManagerProcess.start(cluster.kubeconfig, NAMESPACE)
             processes.append(second)
 
             async def ready() -> None:
@@ -109,7 +60,7 @@ async def test_leader_election_failover_release_and_loss(
 
             await eventually(restored, within=15)  # the new leader reconciles
 
-            third = await ManagerProcess.start(cluster.kubeconfig)
+            third = await ManagerProcess.start(cluster.kubeconfig, NAMESPACE)
             processes.append(third)
             await asyncio.sleep(3)  # synced and campaigning
             second.process.send_signal(signal.SIGTERM)

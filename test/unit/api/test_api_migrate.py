@@ -69,12 +69,13 @@ def test_conversion_carries_shared_fields_and_lists_the_rest() -> None:
     # NVIDIA's driver manager runs before gpuctrl's driver container too.
     assert spec.driver.manager.version == "v0.7.0"
     lost = {line.split(":")[0] for line in migration.dropped}
-    for path in (
-        "spec.operator.initContainer",
-        "spec.driver.upgradePolicy",
-        "spec.validator.repository",
-    ):
+    for path in ("spec.operator.initContainer", "spec.validator.repository"):
         assert path in lost, path
+    # NVIDIA's upgrade policy, with its meaning (a quoted maxUnavailable is a number).
+    assert "spec.driver.upgradePolicy" not in lost
+    upgrade = spec.driver.upgrade_policy
+    assert (upgrade.auto_upgrade, upgrade.max_parallel_upgrades) == (True, 1)
+    assert upgrade.gpu_pod_deletion.timeout_seconds == 300  # NVIDIA's CR calls it podDeletion
     assert "spec.dcgmExporter" in migration.lacking  # an operand, named apart from settings
     # NVIDIA's defaults that set nothing (hostPaths /, nlsEnabled without a licence) lose nothing.
     assert not {"spec.hostPaths", "spec.driver.licensingConfig"} & lost

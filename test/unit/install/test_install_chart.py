@@ -164,7 +164,6 @@ def test_nvidias_values_report_what_gpuctrl_ignores() -> None:
         "driver.kernelModuleType",
         "driver.licensingConfig",
         "driver.startupProbe",
-        "driver.upgradePolicy",
         "operator.image",
         "operator.imagePullPolicy",
         "operator.logging",

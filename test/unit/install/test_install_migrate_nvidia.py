@@ -19,7 +19,6 @@ SAMPLE = Path(__file__).parents[2] / "data" / "nvidia" / "v1_clusterpolicy.yaml"
 # is a change users moving over will see: review it, then update the list.
 SAMPLE_NOT_CARRIED = [
     "spec.operator.use_ocp_driver_toolkit: not supported by gpuctrl",
-    "spec.driver.upgradePolicy: not supported by gpuctrl",
     "spec.validator.env[0] WITH_WORKLOAD: gpuctrl's cuda and plugin checks always run their"
     " workload pod",
 ]
