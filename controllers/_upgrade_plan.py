@@ -46,6 +46,7 @@ __all__ = [
     "DONE",
     "DRAIN",
     "DRAIN_SKIP",
+    "ENABLED",
     "FAILED",
     "FAILURE",
     "IN_PROGRESS",
@@ -64,6 +65,7 @@ __all__ = [
     "NodeFacts",
     "PodFacts",
     "Step",
+    "disable",
     "plan",
     "upgraded",
 ]
@@ -76,6 +78,9 @@ CORDONED = "gpuctrl.io/driver-upgrade-cordoned"
 SINCE = "gpuctrl.io/driver-upgrade-since"
 FAILURE = "gpuctrl.io/driver-upgrade-failure"
 TARGET = "gpuctrl.io/driver-upgrade-revision"
+ENABLED = "nvidia.com/gpu-driver-upgrade-enabled"
+"""NVIDIA's mark on a node whose driver upgrades the controller runs: NVIDIA's driver manager
+then leaves GPU pod eviction and drain to it."""
 
 REQUIRED = "upgrade-required"
 CORDON = "cordon-required"
@@ -188,7 +193,7 @@ class Step:
         """The state after the patch."""
         if self.patch is None:
             return self.state
-        return str(self.patch["metadata"]["labels"][STATE])
+        return str(self.patch["metadata"].get("labels", {}).get(STATE, self.state))
 
 
 def _stamp(now: datetime.datetime) -> str:
@@ -210,7 +215,7 @@ def _move(
 ) -> dict[str, Any]:
     """The merge patch taking ``node`` to ``state`` at ``now`` (``cordon`` True cordons,
     False lifts gpuctrl's cordon; None leaves it)."""
-    annotations: dict[str, str | None] = {SINCE: _stamp(now), **(extra or {})}
+    annotations: dict[str, str | None] = {SINCE: _stamp(now), ENABLED: "true", **(extra or {})}
     patch: dict[str, Any] = {
         "metadata": {"resourceVersion": node.resource_version, "labels": {STATE: state}}
     }
@@ -225,6 +230,21 @@ def _move(
             annotations[REQUESTED] = None
     patch["metadata"]["annotations"] = annotations
     return patch
+
+
+def _annotate(node: NodeFacts, annotations: Mapping[str, str | None]) -> dict[str, Any]:
+    """A merge patch of ``annotations`` alone, conditional on the node's resourceVersion."""
+    return {
+        "metadata": {"resourceVersion": node.resource_version, "annotations": dict(annotations)}
+    }
+
+
+def disable(node: NodeFacts) -> Step | None:
+    """With autoUpgrade off: the step taking `ENABLED` off ``node`` (NVIDIA's driver manager
+    evicts GPU pods itself then), None when it has none."""
+    if ENABLED not in node.annotations:
+        return None
+    return Step(node.name, node.state, _annotate(node, {ENABLED: None}))
 
 
 def _needs_upgrade(node: NodeFacts) -> bool:
@@ -473,19 +493,25 @@ def _recover(node: NodeFacts, now: datetime.datetime, *, validator: bool) -> Ste
 
 
 def _idle(node: NodeFacts, now: datetime.datetime) -> Step | None:
-    """The step of a node not in progress, unless it is a candidate for a slot (None)."""
-    state = node.state
-    if node.labels.get(SKIP) == "true" and state in ("", DONE, REQUIRED):
-        return Step(node.name, state)
+    """The step of a node not in progress, unless it is a candidate for a slot (None). A
+    value that is no state (someone's typo) counts as none: the node is judged afresh."""
+    shown = node.state
+    state = shown if shown in (DONE, REQUIRED) else ""
+    if node.labels.get(SKIP) == "true":
+        return Step(node.name, shown)
     needs = _needs_upgrade(node)
     if state in ("", DONE):
         if CORDONED in node.annotations or needs:
-            return Step(node.name, state, _move(node, REQUIRED, now))
-        if state == "" and node.driver is not None and node.current_revision is not None:
-            return Step(node.name, state, _move(node, DONE, now))
-        return Step(node.name, state)
-    if state == REQUIRED and not needs and CORDONED not in node.annotations:
-        return Step(node.name, state, _move(node, DONE, now))
+            return Step(node.name, shown, _move(node, REQUIRED, now))
+        if state != shown or (
+            state == "" and node.driver is not None and node.current_revision is not None
+        ):
+            return Step(node.name, shown, _move(node, DONE, now))
+        if node.annotations.get(ENABLED) != "true":
+            return Step(node.name, shown, _annotate(node, {ENABLED: "true"}))
+        return Step(node.name, shown)
+    if not needs and CORDONED not in node.annotations:
+        return Step(node.name, shown, _move(node, DONE, now))
     return None
 
 
@@ -529,4 +555,4 @@ def plan(
 def upgraded(labels: Mapping[str, str]) -> bool:
     """Whether a node's labels say it runs its current driver, validated (or it is skipped,
     or has no upgrade state yet)."""
-    return labels.get(STATE, DONE) == DONE or labels.get(SKIP) == "true"
+    return labels.get(STATE) in (None, "", DONE) or labels.get(SKIP) == "true"

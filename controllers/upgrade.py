@@ -33,6 +33,7 @@ from controllers._upgrade_plan import (
     DELETE,
     DONE,
     DRAIN,
+    ENABLED,
     FAILED,
     FAILURE,
     IN_PROGRESS,
@@ -45,6 +46,7 @@ from controllers._upgrade_plan import (
     NodeFacts,
     PodFacts,
     Step,
+    disable,
     plan,
     upgraded,
 )
@@ -74,7 +76,7 @@ CONTROLLER_REVISIONS = Resource("apps/v1", "ControllerRevision", "controllerrevi
 DISRUPTION_BUDGETS = Resource("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
 _ON_NODE = "gpuctrl-on-node"
 _BY_STATE = "gpuctrl-upgrade-state"
-_KEPT_ANNOTATIONS = (CORDONED, SINCE, FAILURE, TARGET, REQUESTED)
+_KEPT_ANNOTATIONS = (CORDONED, SINCE, FAILURE, TARGET, REQUESTED, ENABLED)
 _GPU_PREFIX = "nvidia.com/gpu"
 _LISTED = 5  # nodes named per kind in the condition's message
 
@@ -246,6 +248,9 @@ class DriverUpgrader:
             return None
         upgrade = model.spec.driver.upgrade_policy
         if not upgrade.auto_upgrade:
+            for node in self._nodes().values():
+                if (step := disable(node)) is not None and step.patch is not None:
+                    await self._patch(node, step.patch)
             text = "autoUpgrade is false: a driver pod is replaced when someone deletes it"
             await self._condition(policy, True, "AutoUpgradeDisabled", text)
             return None
@@ -262,8 +267,8 @@ class DriverUpgrader:
         for step in steps:
             try:
                 await self._carry_out(nodes[step.node], step)
-            except Conflict:
-                conflicted = True  # read again: another write got there first
+            except (Conflict, NotFound):
+                conflicted = True  # read again: another write got there first, or it is gone
         await self._report(policy, model, steps, nodes)
         if conflicted:
             return Result(requeue=True)
@@ -345,9 +350,7 @@ class DriverUpgrader:
             with contextlib.suppress(Conflict):  # already replaced by another of that name
                 await self._client.delete(PODS, pod.name, pod.namespace, uid=pod.uid)
         if step.patch is not None:
-            stored = await self._client.merge_patch(NODES, node.name, step.patch)
-            self._written[node.name] = (node.resource_version, _driver_node(stored))
-            self._told.pop(node.name, None)
+            stored = await self._patch(node, step.patch)
             if step.failure:
                 self._event(stored, "Warning", f"upgrade failed: {step.failure}")
             elif step.next_state == WAIT and step.state in ("", DONE, REQUIRED, CORDON):
@@ -358,6 +361,13 @@ class DriverUpgrader:
             self._told[node.name] = step.waiting
             subject = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name}}
             self._event(self._cache_node(node.name) or subject, "Warning", step.waiting)
+
+    async def _patch(self, node: NodeFacts, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Send ``patch``; read the Node as it answered until the cache catches up."""
+        stored: dict[str, Any] = await self._client.merge_patch(NODES, node.name, patch)
+        self._written[node.name] = (node.resource_version, _driver_node(stored))
+        self._told.pop(node.name, None)
+        return stored
 
     async def _evict(self, pod: PodFacts) -> None:
         body = {
@@ -468,12 +478,13 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
     if not pods.store.has_index(_ON_NODE):
         pods.add_index(_ON_NODE, _on_node)
 
+    # Before the Nodes synced no node waits: their own adds start the first reconcile.
     def on_waiting_node(event: Event) -> bool:
         node = (event.obj.get("spec") or {}).get("nodeName")
-        return node is not None and node in _waiting_on_pods(cache)
+        return nodes.has_synced and node is not None and node in _waiting_on_pods(cache)
 
     def any_waiting(event: Event) -> bool:
-        return any(_waiting_on_pods(cache))
+        return nodes.has_synced and any(_waiting_on_pods(cache))
 
     def is_driver(event: Event) -> bool:
         labels = event.obj["metadata"].get("labels") or {}

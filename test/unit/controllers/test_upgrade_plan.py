@@ -15,6 +15,7 @@ from controllers._upgrade_plan import (
     DELETE,
     DONE,
     DRAIN,
+    ENABLED,
     FAILED,
     FAILURE,
     IN_PROGRESS,
@@ -31,6 +32,7 @@ from controllers._upgrade_plan import (
     NodeFacts,
     PodFacts,
     Step,
+    disable,
     plan,
 )
 
@@ -100,7 +102,27 @@ def annotations(step: Step) -> dict[str, Any]:
 def test_a_node_on_the_current_revision_is_marked_done_and_one_behind_required() -> None:
     assert one(node(drivers=(driver("new"),))).next_state == DONE
     assert one(node(state=DONE)).next_state == REQUIRED
-    assert one(node(state=DONE, drivers=(driver("new"),))).patch is None
+    marked = {ENABLED: "true"}
+    assert one(node(state=DONE, drivers=(driver("new"),), annotations=marked)).patch is None
+
+
+def test_nodes_carry_nvidias_upgrade_enabled_mark_while_auto_upgrade_is_on() -> None:
+    done = node(state=DONE, drivers=(driver("new"),))
+    marked = one(done)
+    assert marked.patch == {"metadata": {"resourceVersion": "7", "annotations": {ENABLED: "true"}}}
+    assert marked.next_state == DONE
+    already = dataclasses.replace(done, annotations={**done.annotations, ENABLED: "true"})
+    assert one(already).patch is None
+    assert annotations(one(node(state=REQUIRED)))[ENABLED] == "true"
+    off = disable(already)
+    assert off is not None
+    assert off.patch == {"metadata": {"resourceVersion": "7", "annotations": {ENABLED: None}}}
+    assert disable(done) is None
+
+
+def test_a_value_that_is_no_state_is_judged_afresh_never_started() -> None:
+    assert one(node(state="upgrade-dnoe", drivers=(driver("new"),))).next_state == DONE
+    assert one(node(state="upgrade-dnoe")).next_state == REQUIRED  # not cordoned yet
 
 
 def test_requested_upgrades_a_current_node_and_skip_holds_one_back() -> None:
