@@ -237,8 +237,7 @@ class OperandReconciler:
         elif not all(r.done for _, r in sets):
             await self._condition(policy, False, "OperandNotReady", summary(component, sets))
         elif unsettled := self._operand.unsettled(model, facts):
-            shown = ", ".join(unsettled[:5]) + (" and more" if len(unsettled) > 5 else "")
-            text = f"{summary(component, sets)}; not yet validated on it: {shown}"
+            text = f"{summary(component, sets)}; {len(unsettled)} not yet validated on it"
             await self._condition(policy, False, "UpgradeInProgress", text, quiet=True)
         else:
             await self._condition(policy, True, "Reconciled", summary(component, sets))

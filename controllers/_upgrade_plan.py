@@ -27,6 +27,7 @@ its state label is deleted.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -515,6 +516,58 @@ def _idle(node: NodeFacts, now: datetime.datetime) -> Step | None:
     return None
 
 
+@dataclass
+class _Slots:
+    """What may start: nodes in progress of at most ``parallel``, unavailable of ``limit``."""
+
+    in_progress: int
+    unavailable: int
+    parallel: int
+    limit: int
+
+    def take(self, node: NodeFacts, now: datetime.datetime) -> Step:
+        """Start ``node`` if a slot is free (an unavailable node takes no unavailability)."""
+        if self.in_progress >= self.parallel:
+            text = f"waiting for a slot: {self.in_progress} of {self.parallel} upgrading"
+            return Step(node.name, node.state, waiting=text)
+        if not node.unavailable and self.unavailable >= self.limit:
+            text = (
+                f"waiting for a slot: {self.unavailable} of at most {self.limit} nodes unavailable"
+            )
+            return Step(node.name, node.state, waiting=text)
+        self.in_progress += 1
+        self.unavailable += 0 if node.unavailable else 1
+        return _start(node, now)
+
+
+def _after(node: NodeFacts, patch: Mapping[str, Any]) -> NodeFacts:
+    """``node`` as it will be once ``patch`` is applied."""
+    meta = patch["metadata"]
+    annotations = {**node.annotations, **meta.get("annotations", {})}
+    spec = patch.get("spec", {})
+    return dataclasses.replace(
+        node,
+        labels={**node.labels, **meta.get("labels", {})},
+        annotations={k: v for k, v in annotations.items() if v is not None},
+        unschedulable=bool(spec["unschedulable"])
+        if "unschedulable" in spec
+        else node.unschedulable,
+    )
+
+
+def _merged(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """One merge patch doing ``first`` then ``second`` (its resourceVersion ``first``'s)."""
+    merged: dict[str, Any] = {"metadata": dict(first["metadata"])}
+    for key in ("labels", "annotations"):
+        both = {**first["metadata"].get(key, {}), **second["metadata"].get(key, {})}
+        if both:
+            merged["metadata"][key] = both
+    spec = {**first.get("spec", {}), **second.get("spec", {})}
+    if spec:
+        merged["spec"] = spec
+    return merged
+
+
 def plan(
     nodes: Sequence[NodeFacts],
     policy: DriverUpgradePolicySpec,
@@ -526,29 +579,39 @@ def plan(
     """The step of every node, by name. ``validator``: the validator runs (else the new
     driver being Ready is enough); ``blockers``: by pod (``ns/name``), why its last eviction
     was refused. Slots go to the waiting nodes in name order; a node already unavailable
-    takes no share of ``maxUnavailable`` when it starts."""
-    blockers = blockers or {}
+    takes no share of ``maxUnavailable`` when it starts.
+
+    Transitions that follow at once (no job to wait for, no GPU pod to evict) are one patch:
+    a node whose step only moves its state is planned again as it will be, and the patches
+    are merged until a step has pods to evict or delete, or waits."""
     ordered = sorted(nodes, key=lambda n: n.name)
-    in_progress = sum(1 for n in ordered if n.state in IN_PROGRESS)
-    unavailable = sum(1 for n in ordered if n.unavailable)
-    parallel = policy.max_parallel_upgrades or len(ordered)
-    limit = scaled_max_unavailable(policy.max_unavailable, len(ordered))
+    slots = _Slots(
+        in_progress=sum(1 for n in ordered if n.state in IN_PROGRESS),
+        unavailable=sum(1 for n in ordered if n.unavailable),
+        parallel=policy.max_parallel_upgrades or len(ordered),
+        limit=scaled_max_unavailable(policy.max_unavailable, len(ordered)),
+    )
+
+    def decide(node: NodeFacts) -> Step:
+        if node.state in (*IN_PROGRESS, FAILED):
+            return _step(node, policy, now, validator=validator, blockers=blockers or {})
+        idle = _idle(node, now)
+        return idle if idle is not None else slots.take(node, now)
+
     steps = []
     for node in ordered:
-        if node.state in (*IN_PROGRESS, FAILED):
-            steps.append(_step(node, policy, now, validator=validator, blockers=blockers))
-        elif (idle := _idle(node, now)) is not None:
-            steps.append(idle)
-        elif in_progress >= parallel:
-            text = f"waiting for a slot: {in_progress} of {parallel} upgrading"
-            steps.append(Step(node.name, node.state, waiting=text))
-        elif node.unavailable or unavailable < limit:
-            in_progress += 1
-            unavailable += 0 if node.unavailable else 1
-            steps.append(_start(node, now))
-        else:
-            text = f"waiting for a slot: {unavailable} of at most {limit} nodes unavailable"
-            steps.append(Step(node.name, node.state, waiting=text))
+        step = decide(node)
+        current = node
+        for _ in range(len(IN_PROGRESS) + 3):  # each state at most once
+            if step.patch is None or step.failure or step.evict or step.delete:
+                break
+            current = _after(current, step.patch)
+            following = decide(current)
+            if following.evict or following.delete:
+                break
+            patch = step.patch if following.patch is None else _merged(step.patch, following.patch)
+            step = dataclasses.replace(following, state=node.state, patch=patch)
+        steps.append(step)
     return steps
 
 

@@ -28,7 +28,6 @@ from controllers._kinds import DAEMON_SETS, MANAGED_SELECTOR, NODES, PODS
 from controllers._reads import watches
 from controllers._status import INVALID_SPEC, PolicyStatus, condition
 from controllers._upgrade_plan import (
-    CORDON,
     CORDONED,
     DELETE,
     DONE,
@@ -38,7 +37,6 @@ from controllers._upgrade_plan import (
     FAILURE,
     IN_PROGRESS,
     REQUESTED,
-    REQUIRED,
     SINCE,
     STATE,
     TARGET,
@@ -353,7 +351,7 @@ class DriverUpgrader:
             stored = await self._patch(node, step.patch)
             if step.failure:
                 self._event(stored, "Warning", f"upgrade failed: {step.failure}")
-            elif step.next_state == WAIT and step.state in ("", DONE, REQUIRED, CORDON):
+            elif step.next_state in IN_PROGRESS and step.state not in IN_PROGRESS:
                 self._event(stored, "Normal", "driver upgrade started: node cordoned")
             elif step.next_state == DONE and step.state in (*IN_PROGRESS, FAILED):
                 self._event(stored, "Normal", "driver upgrade done: node validated, uncordoned")
@@ -413,11 +411,14 @@ class DriverUpgrader:
         _NODES.labels("in_progress").set(len(busy))
         _NODES.labels("pending").set(len(pending))
         _NODES.labels("available").set(max(0, parallel - len(busy)))
+        # Counts, and the nodes held up or failed with why: a message that changes with each
+        # node's every step would cost a status write per step.
         text = f"{len(done)}/{len(steps)} upgraded"
         if busy:
-            text += f", {len(busy)} in progress ({_named(busy)})"
+            held = [s for s in busy if s.blocked]
+            text += f", {len(busy)} in progress" + (f" ({_named(held)})" if held else "")
         if pending:
-            text += f", {len(pending)} pending ({_named(pending)})"
+            text += f", {len(pending)} pending"
         if failed:
             text += f", {len(failed)} failed ({_named(failed)})"
         if failed:

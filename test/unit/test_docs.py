@@ -1,6 +1,7 @@
 """The user docs hold together: README.md stays short, every relative link in README.md and
 docs/ leads to a file (and heading) that exists, every page is in an index, and the
-ClusterPolicy reference lists exactly the fields the CRD declares."""
+ClusterPolicy reference lists exactly the fields the CRD declares, and the README the pinned
+images."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from api.v1alpha1 import NVIDIA_IMAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -52,6 +55,12 @@ def links(page: Path) -> list[str]:
     """The relative link targets of ``page`` (no URL with a scheme, nothing in code)."""
     text = _CODE_SPAN.sub("", _prose(page.read_text()))
     return [t for t in _LINK.findall(text) if not re.match(r"^[a-z][a-z0-9+.-]*:", t)]
+
+
+def test_the_readme_names_the_pinned_images() -> None:
+    table = README.read_text().split("| operand | image |", 1)[1].split("\n\n", 1)[0]
+    listed = re.findall(r"^\| [^|]+ \| `([^`]+)`", table, flags=re.MULTILINE)
+    assert listed == [pin.reference for pin in NVIDIA_IMAGES.values()]
 
 
 def test_the_readme_is_short() -> None:

@@ -48,7 +48,9 @@ GOOD_REPOS = {
     "mirror.repo": "[mirror]\nname=mirror\nbaseurl=http://mirror.example.com/rhel9\n",
 }
 # The manager's controllers, all but podpolicy-status (no PodPolicy here for it to reconcile).
-CONTROLLERS = {"nodes", "nodes-status", "policy", "repo-config"} | {o.component for o in OPERANDS}
+CONTROLLERS = {"nodes", "nodes-status", "policy", "repo-config", "driver-upgrade"} | {
+    o.component for o in OPERANDS
+}
 # Driver changes upgrade every node at once (the limits are test_driver_upgrade's).
 ALL_AT_ONCE = {"maxParallelUpgrades": 0, "maxUnavailable": "100%"}
 POKE = "example.com/poke"  # an annotation no controller reads
@@ -128,6 +130,7 @@ async def test_mixed_os_cluster_converges(
             "ToolkitReady",
             "ValidatorReady",
             "DevicePluginReady",
+            "DriverUpgrade",
             "Ready",
         ),
         "True",

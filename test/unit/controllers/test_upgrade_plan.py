@@ -101,7 +101,11 @@ def annotations(step: Step) -> dict[str, Any]:
 
 def test_a_node_on_the_current_revision_is_marked_done_and_one_behind_required() -> None:
     assert one(node(drivers=(driver("new"),))).next_state == DONE
-    assert one(node(state=DONE)).next_state == REQUIRED
+    busy = node("gpu-0", WAIT, unschedulable=True, workloads=(pod("job", labels={"j": "1"}),))
+    waits = DriverUpgradePolicySpec.model_validate({"waitForCompletion": {"podSelector": "j"}})
+    _, behind = plan([busy, node("gpu-1", DONE)], waits, NOW)
+    assert behind.next_state == REQUIRED
+    assert "waiting for a slot: 1 of 1 upgrading" in behind.waiting
     marked = {ENABLED: "true"}
     assert one(node(state=DONE, drivers=(driver("new"),), annotations=marked)).patch is None
 
@@ -121,21 +125,27 @@ def test_nodes_carry_nvidias_upgrade_enabled_mark_while_auto_upgrade_is_on() -> 
 
 
 def test_a_value_that_is_no_state_is_judged_afresh_never_started() -> None:
-    assert one(node(state="upgrade-dnoe", drivers=(driver("new"),))).next_state == DONE
-    assert one(node(state="upgrade-dnoe")).next_state == REQUIRED  # not cordoned yet
+    current = one(node(state="upgrade-dnoe", drivers=(driver("new"),)))
+    assert current.next_state == DONE
+    assert current.patch is not None
+    assert "spec" not in current.patch  # not taken for a node in progress: never uncordoned
+    busy = node("gpu-0", RESTART, unschedulable=True)
+    _, typo = plan([busy, node("gpu-1", "upgrade-dnoe")], DEFAULTS, NOW)
+    assert typo.next_state == REQUIRED  # waits for its slot like any other
 
 
 def test_requested_upgrades_a_current_node_and_skip_holds_one_back() -> None:
     requested = node(state=DONE, drivers=(driver("new"),), annotations={REQUESTED: "true"})
-    assert one(requested).next_state == REQUIRED
+    assert one(requested).next_state == RESTART
     skipped = node(state=DONE, labels={SKIP: "true"})
     assert one(skipped).patch is None
     assert one(dataclasses.replace(skipped, labels={STATE: REQUIRED, SKIP: "true"})).patch is None
 
 
 def test_starting_cordons_in_the_same_patch_and_marks_only_its_own_cordon() -> None:
+    # Nothing to wait for, no GPU pod: cordoned and at the driver's restart in one patch.
     step = one(node(state=REQUIRED))
-    assert step.next_state == WAIT
+    assert step.next_state == RESTART
     assert step.patch is not None
     assert step.patch["spec"] == {"unschedulable": True}
     assert step.patch["metadata"]["resourceVersion"] == "7"
@@ -174,10 +184,12 @@ def test_wait_for_jobs_waits_for_the_selected_pods_then_times_out() -> None:
     assert waiting.blocked
     assert waiting.deadline == NOW + datetime.timedelta(seconds=600)
     late = NOW - datetime.timedelta(seconds=601)
-    assert one(node(state=WAIT, since=late, workloads=(job,)), policy).next_state == DELETE
+    gpu = pod("infer-0", gpu=True)
+    timed_out = one(node(state=WAIT, since=late, workloads=(job, gpu)), policy)
+    assert timed_out.next_state == DELETE
     finished = dataclasses.replace(job, phase="Succeeded")
-    assert one(node(state=WAIT, workloads=(finished,)), policy).next_state == DELETE
-    assert one(node(state=WAIT, workloads=(job,))).next_state == DELETE  # no selector
+    assert one(node(state=WAIT, workloads=(finished, gpu)), policy).next_state == DELETE
+    assert one(node(state=WAIT, workloads=(job, gpu))).next_state == DELETE  # no selector
 
 
 def test_gpu_pods_are_evicted_and_the_budget_that_refuses_is_named() -> None:
@@ -274,9 +286,10 @@ def test_a_failed_node_recovers_when_healthy_or_on_a_newer_revision() -> None:
     )
     assert one(healthy).next_state == DONE
     newer = dataclasses.replace(broken, current_revision="newer")
-    assert one(newer).next_state == REQUIRED
+    assert one(newer).next_state == RESTART  # started over (still cordoned: no new cordon)
     relabelled = node(state="", annotations={CORDONED: "true"}, drivers=(driver("new"),))
-    assert one(relabelled).next_state == REQUIRED  # its label deleted: through the steps again
+    again = one(relabelled)
+    assert again.next_state == RESTART  # its label deleted: through the steps again
 
 
 def _fleet(
@@ -306,7 +319,7 @@ def test_slots_never_exceed_max_parallel_nor_max_unavailable(
     nodes, steps = _fleet(states, policy)
     before_busy = sum(1 for n in nodes if n.state in IN_PROGRESS)
     before_down = sum(1 for n in nodes if n.unavailable)
-    started = [s for s in steps if s.state == REQUIRED and s.next_state == WAIT]
+    started = [s for s in steps if s.state not in IN_PROGRESS and s.next_state in IN_PROGRESS]
     newly_down = sum(1 for s in started if s.patch and "spec" in s.patch)
     limit = parallel or len(nodes)
     if started:
@@ -317,6 +330,6 @@ def test_slots_never_exceed_max_parallel_nor_max_unavailable(
             else -(-int(unavailable[:-1]) * len(nodes) // 100)
         )
         assert newly_down == 0 or before_down + newly_down <= cap
-    waiting = [s for s in steps if s.state == REQUIRED and s.patch is None]
+    waiting = [s for s in steps if "waiting for a slot" in s.waiting]
     if waiting and before_busy + len(started) < limit:
         assert all("unavailable" in s.waiting for s in waiting)
