@@ -47,6 +47,7 @@ __all__ = [
     "DONE",
     "DRAIN",
     "DRAIN_SKIP",
+    "DRIVER_START_TIMEOUT",
     "ENABLED",
     "FAILED",
     "FAILURE",
@@ -100,6 +101,11 @@ MAX_DRIVER_RESTARTS = 10
 """NVIDIA's limit: a new driver pod restarted more often than this fails the node."""
 VALIDATION_TIMEOUT = datetime.timedelta(seconds=600)
 """NVIDIA's limit on waiting for the validator on the new driver."""
+DRIVER_START_TIMEOUT = datetime.timedelta(seconds=60 + 10 * 120 + 60)
+"""How long the new driver pod may take to start: its startup probe's whole budget (60 s
+initial delay, 120 failures 10 s apart, as NVIDIA's) and a minute for the pod to be made. A
+node past it (its kubelet gone, the old pod stuck terminating) fails instead of waiting
+unseen."""
 
 
 @dataclass(frozen=True)
@@ -427,14 +433,24 @@ def _crash_looping(driver: PodFacts | None) -> str:
 
 def _restart(node: NodeFacts, now: datetime.datetime) -> Step:
     fresh = _fresh_driver(node)
+    since = node.since() or now
+    deadline = since + DRIVER_START_TIMEOUT
+    seconds = int(DRIVER_START_TIMEOUT.total_seconds())
     if fresh is None:
         stale = tuple(p for p in node.drivers if not p.deleting)
-        return Step(node.name, node.state, delete=stale, waiting="waiting for the new driver pod")
+        going = [p for p in node.drivers if p.deleting]
+        if now >= deadline:
+            held = f": driver pod {going[0]} is still being deleted" if going else ""
+            return _fail(node, now, f"no new driver pod within {seconds}s{held}")
+        text = "waiting for the new driver pod"
+        return Step(node.name, node.state, delete=stale, waiting=text, deadline=deadline)
     if why := _crash_looping(fresh):
         return _fail(node, now, why)
     if not fresh.ready:
+        if now >= deadline:
+            return _fail(node, now, f"driver pod {fresh} did not start within {seconds}s")
         text = f"waiting for driver pod {fresh} to start (its startup probe)"
-        return Step(node.name, node.state, waiting=text)
+        return Step(node.name, node.state, waiting=text, deadline=deadline)
     return Step(node.name, node.state, _move(node, VALIDATE, now))
 
 

@@ -15,6 +15,7 @@ from controllers._upgrade_plan import (
     DELETE,
     DONE,
     DRAIN,
+    DRIVER_START_TIMEOUT,
     ENABLED,
     FAILED,
     FAILURE,
@@ -247,6 +248,18 @@ def test_restart_deletes_the_old_driver_and_waits_for_the_new_one_to_start() -> 
     assert one(node(state=RESTART, since=NOW, drivers=(started,))).next_state == VALIDATE
     # Requested on the current revision: the pod from before the step is replaced too.
     assert one(node(state=RESTART, since=NOW, drivers=(driver("new"),))).delete
+
+
+def test_a_driver_that_never_comes_fails_the_node_after_its_start_budget() -> None:
+    late = NOW - DRIVER_START_TIMEOUT
+    going = driver("old", deleting=True)
+    stuck = one(node(state=RESTART, since=late, drivers=(going,)))
+    assert stuck.next_state == FAILED
+    assert "gpuctrl/driver is still being deleted" in stuck.failure
+    slow = one(node(state=RESTART, since=late, drivers=(driver("new", late, ready=False),)))
+    assert "did not start within 1320s" in slow.failure
+    waiting = one(node(state=RESTART, since=NOW, drivers=(going,)))
+    assert waiting.deadline == NOW + DRIVER_START_TIMEOUT
 
 
 def test_a_crash_looping_driver_fails_the_node() -> None:
