@@ -183,6 +183,10 @@ async def check_privileges(plane: ControlPlane) -> None:
             f"-n={NAMESPACE}",
         ),
         ("gpuctrl-manager", "create", "events", "-n=default"),
+        # The driver upgrade: its DaemonSets' revisions, every budget, evictions anywhere.
+        ("gpuctrl-manager", "watch", "controllerrevisions.apps", f"-n={NAMESPACE}"),
+        ("gpuctrl-manager", "watch", "poddisruptionbudgets.policy", "--all-namespaces"),
+        ("gpuctrl-manager", "create", "pods", "--subresource=eviction", "-n=ml"),
         # Operand RBAC: created (no name to check), patched and pruned by name.
         ("gpuctrl-manager", "create", "clusterroles.rbac.authorization.k8s.io"),
         ("gpuctrl-manager", "patch", "clusterroles.rbac.authorization.k8s.io/gpuctrl-driver"),
@@ -206,7 +210,10 @@ async def check_privileges(plane: ControlPlane) -> None:
     denied = [
         ("gpuctrl-manager", "get", "secrets", f"-n={NAMESPACE}"),
         ("gpuctrl-manager", "update", "clusterpolicies.gpuctrl.io", "--subresource=status"),
-        ("gpuctrl-manager", "list", "controllerrevisions.apps", f"-n={NAMESPACE}"),
+        # The driver upgrade's reads: revisions of its DaemonSets, budgets it must honour.
+        ("gpuctrl-manager", "list", "controllerrevisions.apps", "-n=kube-system"),
+        ("gpuctrl-manager", "patch", "poddisruptionbudgets.policy", "-n=default"),
+        ("gpuctrl-manager", "delete", "pods", "-n=kube-system"),
         # Its objects are watched in its namespace (Roles also in default), nowhere else.
         ("gpuctrl-manager", "list", "daemonsets.apps", "-n=kube-system"),
         ("gpuctrl-manager", "list", "serviceaccounts", "-n=kube-system"),
