@@ -550,7 +550,9 @@ class _Slots:
             text = (
                 f"waiting for a slot: {self.unavailable} of at most {self.limit} nodes unavailable"
             )
-            return Step(node.name, node.state, waiting=text)
+            # With none in progress no slot frees by itself: nodes cordoned or down for other
+            # reasons hold it up (worth a Warning).
+            return Step(node.name, node.state, waiting=text, blocked=self.in_progress == 0)
         self.in_progress += 1
         self.unavailable += 0 if node.unavailable else 1
         return _start(node, now)

@@ -40,6 +40,7 @@ from controllers._upgrade_plan import (
     SINCE,
     STATE,
     TARGET,
+    VALIDATE,
     WAIT,
     NodeFacts,
     PodFacts,
@@ -58,6 +59,7 @@ from gpuctrl.runtime import (
     Event,
     Manager,
     NotFound,
+    Predicate,
     Request,
     Resource,
     Result,
@@ -103,7 +105,13 @@ def _driver_node(node: dict[str, Any]) -> dict[str, Any]:
             "annotations": {k: annotations[k] for k in _KEPT_ANNOTATIONS if k in annotations},
         },
         "spec": {"unschedulable": bool((node.get("spec") or {}).get("unschedulable"))},
-        "status": {"conditions": [c for c in conditions if c.get("type") == "Ready"]},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": c.get("status")}
+                for c in conditions
+                if c.get("type") == "Ready"
+            ]
+        },
     }
 
 
@@ -418,7 +426,8 @@ class DriverUpgrader:
             held = [s for s in busy if s.blocked]
             text += f", {len(busy)} in progress" + (f" ({_named(held)})" if held else "")
         if pending:
-            text += f", {len(pending)} pending"
+            why = next((s.waiting for s in pending if s.waiting), "")
+            text += f", {len(pending)} pending" + (f" ({why})" if why else "")
         if failed:
             text += f", {len(failed)} failed ({_named(failed)})"
         if failed:
@@ -460,12 +469,23 @@ def _on_node(pod: Mapping[str, Any]) -> tuple[str, ...]:
     return (str(node),) if node else ()
 
 
-def _waiting_on_pods(cache: Cache) -> Iterable[str]:
-    """The driver nodes whose step waits for their pods to finish or go (from the state
-    index: only those are decoded)."""
-    for state in (WAIT, DELETE, DRAIN):
+def _nodes_in(cache: Cache, states: Iterable[str]) -> Iterable[str]:
+    """The driver nodes in ``states`` (from the state index: only those are decoded)."""
+    for state in states:
         for node in cache.list(NODES, label_selector=DRIVER_NODES, index=(_BY_STATE, state)):
             yield node["metadata"]["name"]
+
+
+def _upgrade_changed(event: Event) -> bool:
+    """Passes a Node event unless only its resourceVersion changed (a heartbeat)."""
+    if event.type != "update" or event.old is None:
+        return True
+
+    def content(obj: Mapping[str, Any]) -> tuple[object, object, object]:
+        meta = {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}
+        return meta, obj.get("spec"), obj.get("status")
+
+    return content(event.old) != content(event.obj)
 
 
 def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
@@ -479,24 +499,35 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
     if not pods.store.has_index(_ON_NODE):
         pods.add_index(_ON_NODE, _on_node)
 
-    # Before the Nodes synced no node waits: their own adds start the first reconcile.
-    def on_waiting_node(event: Event) -> bool:
-        node = (event.obj.get("spec") or {}).get("nodeName")
-        return nodes.has_synced and node is not None and node in _waiting_on_pods(cache)
+    # Pods matter on nodes in the states that wait for them. Before the Nodes synced no node
+    # is in any: their own adds start the first reconcile.
+    def on_node_in(*states: str) -> Predicate:
+        def passes(event: Event) -> bool:
+            node = (event.obj.get("spec") or {}).get("nodeName")
+            return nodes.has_synced and node is not None and node in _nodes_in(cache, states)
+
+        return passes
 
     def any_waiting(event: Event) -> bool:
-        return nodes.has_synced and any(_waiting_on_pods(cache))
+        return nodes.has_synced and any(_nodes_in(cache, (WAIT, DELETE, DRAIN)))
 
     def is_driver(event: Event) -> bool:
         labels = event.obj["metadata"].get("labels") or {}
         return labels.get("app.kubernetes.io/component") == "driver"
 
+    validating = on_node_in(VALIDATE, FAILED)
+
+    def operand_pod(event: Event) -> bool:
+        return is_driver(event) or validating(event)
+
     sources = [
-        Watch(NODES, policy, label_selector=DRIVER_NODES, transform=_driver_node),
-        Watch(PODS, policy, (on_waiting_node,), transform=_workload),
+        Watch(
+            NODES, policy, (_upgrade_changed,), label_selector=DRIVER_NODES, transform=_driver_node
+        ),
+        Watch(PODS, policy, (on_node_in(WAIT, DELETE, DRAIN),), transform=_workload),
         Watch(DISRUPTION_BUDGETS, policy, (any_waiting,), metadata_only=True),
         Watch(CONTROLLER_REVISIONS, policy, namespace=namespace, label_selector=MANAGED_SELECTOR),
-        *watches(cache, PODS, namespace, policy, ()),
+        *watches(cache, PODS, namespace, policy, (operand_pod,)),
         *watches(cache, DAEMON_SETS, namespace, policy, (is_driver,)),
     ]
     reconciler = DriverUpgrader(cache, manager.client, namespace, status)

@@ -277,9 +277,9 @@ def _job(name: str, node: str, behavior: ContainerBehavior) -> dict[str, Any]:
 
 async def test_jobs_are_waited_for_until_they_finish_or_the_timeout(fleet: Fleet) -> None:
     client = fleet.client
-    await client.create(JOBS, _job("short", "gpu-2", ContainerBehavior(run_seconds=8)))
+    await client.create(JOBS, _job("short", "gpu-2", ContainerBehavior(run_seconds=6)))
     await client.create(JOBS, _job("endless", "gpu-3", ContainerBehavior(never_exits=True)))
-    wait = {"podSelector": "job=batch", "timeoutSeconds": 25}
+    wait = {"podSelector": "job=batch", "timeoutSeconds": 15}
     await new_version(fleet, "550.127.05", waitForCompletion=wait)
 
     async def waiting() -> None:
@@ -295,7 +295,7 @@ async def test_jobs_are_waited_for_until_they_finish_or_the_timeout(fleet: Fleet
         stuck = fleet.watch.nodes["gpu-3"]["metadata"]["labels"].get(STATE)
         assert stuck == "wait-for-jobs-required"
 
-    await eventually(short_done_first, within=20)
+    await eventually(short_done_first, within=10)
     await upgraded(fleet)  # gpu-3 went on at the timeout
     for name in ("short", "endless"):
         await client.delete(JOBS, name, "ml", propagation_policy="Background")

@@ -125,6 +125,19 @@ def test_nodes_carry_nvidias_upgrade_enabled_mark_while_auto_upgrade_is_on() -> 
     assert disable(done) is None
 
 
+def test_nodes_held_back_by_others_unavailability_say_so_and_warn() -> None:
+    down = node("gpu-0", DONE, unschedulable=True, drivers=(driver("new"),))
+    _, held = plan([down, node("gpu-1", DONE)], DriverUpgradePolicySpec(max_unavailable=1), NOW)
+    assert held.next_state == REQUIRED
+    assert held.waiting == "waiting for a slot: 1 of at most 1 nodes unavailable"
+    assert held.blocked  # nothing in progress: no slot frees by itself
+    busy = node("gpu-0", RESTART, unschedulable=True)
+    both = DriverUpgradePolicySpec(max_parallel_upgrades=2, max_unavailable=1)
+    _, queued = plan([busy, node("gpu-1", DONE)], both, NOW)
+    assert "unavailable" in queued.waiting
+    assert not queued.blocked  # gpu-0 frees it when done
+
+
 def test_a_value_that_is_no_state_is_judged_afresh_never_started() -> None:
     current = one(node(state="upgrade-dnoe", drivers=(driver("new"),)))
     assert current.next_state == DONE
