@@ -476,18 +476,6 @@ def _nodes_in(cache: Cache, states: Iterable[str]) -> Iterable[str]:
             yield node["metadata"]["name"]
 
 
-def _upgrade_changed(event: Event) -> bool:
-    """Passes a Node event unless only its resourceVersion changed (a heartbeat)."""
-    if event.type != "update" or event.old is None:
-        return True
-
-    def content(obj: Mapping[str, Any]) -> tuple[object, object, object]:
-        meta = {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}
-        return meta, obj.get("spec"), obj.get("status")
-
-    return content(event.old) != content(event.obj)
-
-
 def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
     """Add the driver upgrade controller to ``manager``."""
     cache = manager.cache
@@ -521,9 +509,7 @@ def setup(manager: Manager, namespace: str, status: PolicyStatus) -> Controller:
         return is_driver(event) or validating(event)
 
     sources = [
-        Watch(
-            NODES, policy, (_upgrade_changed,), label_selector=DRIVER_NODES, transform=_driver_node
-        ),
+        Watch(NODES, policy, label_selector=DRIVER_NODES, transform=_driver_node),
         Watch(PODS, policy, (on_node_in(WAIT, DELETE, DRAIN),), transform=_workload),
         Watch(DISRUPTION_BUDGETS, policy, (any_waiting,), metadata_only=True),
         Watch(CONTROLLER_REVISIONS, policy, namespace=namespace, label_selector=MANAGED_SELECTOR),
