@@ -12,36 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from api.v1alpha1 import load_cluster_policy
-from controllers.render import ClusterFacts, render_component
+from render_kit import pod_of
 
 ROOT = Path(__file__).resolve().parents[3]
 CONTRACT = yaml.safe_load((ROOT / "test" / "data" / "nvidia" / "operand-contract.yaml").read_text())
 PARITY = ROOT / "docs" / "nvidia-parity.md"
-NFD = "feature.node.kubernetes.io"
-NODE = {
-    "metadata": {
-        "name": "gpu-0",
-        "labels": {
-            f"{NFD}/pci-10de.present": "true",
-            f"{NFD}/system-os_release.ID": "ubuntu",
-            f"{NFD}/system-os_release.VERSION_ID": "22.04",
-        },
-    }
-}
 
 
 def _containers(operand: str) -> dict[str, dict[str, Any]]:
-    """The containers (init ones too) of ``operand``'s DaemonSet in a default render, by name,
-    each with its pod's volumes."""
-    facts = ClusterFacts.from_objects("gpuctrl", [NODE], [])
-    [daemonset] = [
-        o
-        for o in render_component(operand, load_cluster_policy({"spec": {}}), facts)
-        if o["kind"] == "DaemonSet"
-    ]
-    spec = daemonset["spec"]["template"]["spec"]
+    """The containers (init ones too) of ``operand``'s DaemonSet in a default render
+    (`render_kit.pod_of`), by name, each with its pod's volumes."""
+    spec = pod_of(operand)
     volumes = {v["name"]: v for v in spec.get("volumes") or ()}
     return {
         c["name"]: {**c, "volumes": volumes}
