@@ -408,7 +408,7 @@ class DriverUpgrader:
         steps: Sequence[Step],
         nodes: Mapping[str, NodeFacts],
     ) -> None:
-        done = [s for s in steps if upgraded({STATE: s.next_state, **_skip(nodes[s.node])})]
+        done = [s for s in steps if upgraded({**nodes[s.node].labels, STATE: s.next_state})]
         failed = [s for s in steps if s.next_state == FAILED]
         busy = [s for s in steps if s.next_state in IN_PROGRESS]
         pending = [s for s in steps if s not in done and s not in failed and s not in busy]
@@ -443,10 +443,6 @@ class DriverUpgrader:
         generation = policy.obj["metadata"].get("generation")
         entry = condition(UPGRADE, ok, reason, message, generation)
         await self._status.write(policy.obj, [entry], quiet=quiet)
-
-
-def _skip(node: NodeFacts) -> dict[str, str]:
-    return {k: v for k, v in node.labels.items() if k != STATE}
 
 
 def _named(steps: Sequence[Step]) -> str:
