@@ -170,7 +170,7 @@ def render_toolkit(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str,
         for i, path in enumerate(toolkit_writable_paths(policy))
     ]
     driver_validation = {
-        "args": _DRIVER_VALIDATION_ARGS,
+        "args": _DRIVER_VALIDATION_ARGS + _driver_container_flag(policy),
         "host_root": VALIDATOR_HOST_ROOT,
         "status_dir": VALIDATOR_STATUS_DIR,
     }
@@ -328,7 +328,7 @@ def render_validator(
     checks = [
         {
             "name": name,
-            "args": _validator_args(name, workloads) + ds.args,
+            "args": _validator_args(name, policy, workloads) + ds.args,
             # The check's own env comes last, so it wins over the validator's general env.
             "env": env(validator.env + getattr(validator, name).env, *_check_env(name, workloads)),
         }
@@ -359,7 +359,13 @@ def _validator_main_command() -> list[str]:
     return ["sh", "-c", _HOLD_SCRIPT, "validator", *files]
 
 
-def _validator_args(check: str, workloads: ValidatorWorkloads) -> list[str]:
+def _driver_container_flag(policy: ClusterPolicy) -> list[str]:
+    """The driver check's ``--driver-container`` where gpuctrl deploys the driver: it then
+    waits for the driver container's ready mark, as NVIDIA's validator does."""
+    return ["--driver-container"] if policy.spec.driver.enabled else []
+
+
+def _validator_args(check: str, policy: ClusterPolicy, workloads: ValidatorWorkloads) -> list[str]:
     """``gpuctrl validate <check>`` options; the ``$(VAR)`` are filled in by the kubelet."""
     common = ["validate", check, "--output-dir", VALIDATOR_STATUS_DIR]
     if check == "driver":
@@ -369,6 +375,7 @@ def _validator_args(check: str, workloads: ValidatorWorkloads) -> list[str]:
             VALIDATOR_HOST_ROOT,
             "--driver-root",
             VALIDATOR_DRIVER_ROOT,
+            *_driver_container_flag(policy),
         ]
     if check not in _WORKLOAD_CHECKS:
         return common

@@ -5,7 +5,8 @@ kube-controller-manager and kube-scheduler) on loopback (`ControlPlane`), simula
 whose pods move through a realistic lifecycle (`SimulatedKubelet`, `SimulatedNode`,
 `ContainerBehavior`) or run for real as sandboxed local processes (`ContainerBehavior.process`,
 `SimulatedNode.root`, `SimulatedKubelet.restart_node`), a fake clock, an Istio-like sidecar
-injector (`MeshInjector`), a node folder seeded as a GPU host (`seed_gpu_host`), Secret
+injector (`MeshInjector`), a node folder seeded as a GPU host (`seed_gpu_host`) and a driver root
+(`install_fake_driver`), Secret
 volumes swapped as the kubelet does (`write_secret_volume`),
 `eventually` for polling, and pytest fixtures (`gpuctrl.testing.pytest_plugin`, opt-in with
 ``pytest_plugins = ["gpuctrl.testing.pytest_plugin"]`` in the top-level ``conftest.py``:
@@ -16,7 +17,7 @@ from ._behavior import BEHAVIOR_ANNOTATION, BehaviorError, ContainerBehavior
 from ._clock import FakeClock
 from ._controlplane import ControlPlane, ControlPlaneError, default_assets_dir
 from ._eventually import eventually
-from ._gpuhost import NODE_CONTAINERD_CONFIG, seed_gpu_host
+from ._gpuhost import FAKE_NVIDIA_SMI, NODE_CONTAINERD_CONFIG, install_fake_driver, seed_gpu_host
 from ._kubelet import SimulatedKubelet
 from ._mesh import MeshInjector
 from ._nodes import SimulatedNode, simulated_gpu_nodes
@@ -24,6 +25,7 @@ from ._volume import write_secret_volume
 
 __all__ = [
     "BEHAVIOR_ANNOTATION",
+    "FAKE_NVIDIA_SMI",
     "NODE_CONTAINERD_CONFIG",
     "BehaviorError",
     "ContainerBehavior",
@@ -35,6 +37,7 @@ __all__ = [
     "SimulatedNode",
     "default_assets_dir",
     "eventually",
+    "install_fake_driver",
     "seed_gpu_host",
     "simulated_gpu_nodes",
     "write_secret_volume",

@@ -16,6 +16,7 @@ import fnmatch
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -40,13 +41,16 @@ class ContainerBehavior(BaseModel):
 
     It runs `run_seconds`, then exits with `exit_code` - unless `never_exits` (a server, a mesh
     sidecar). With `image_pull_fails` it never starts: ErrImagePull, then ImagePullBackOff.
-    `ready` is whether it passes its readiness probe while running. `log` is what it writes
+    `ready` is whether it passes its readiness probe while running; `startup_seconds` is how long
+    it runs before its startup probe (where it has one) would pass. `log` is what it writes
     (every run), served as a kubelet serves ``kubectl logs``. With `process` the container is
     not simulated but run for real as a local process in a bubblewrap sandbox (see
-    `gpuctrl.testing._container`): its exit code, log and readiness are the process's, and
-    the other fields but `image_pull_fails` are ignored. In the annotation the fields are
-    camelCase (`exitCode`, `runSeconds`, `neverExits`, `imagePullFails`, `ready`, `log`,
-    `process`).
+    `gpuctrl.testing._container`): its exit code, log and probes are the process's, and the
+    other fields but `image_pull_fails` and `image_files` are ignored. `image_files`, a folder,
+    stands in for the image's files where this machine lacks the image: each file under it is
+    shown read-only at its path below the folder (``<folder>/usr/bin/x`` as ``/usr/bin/x``).
+    In the annotation the fields are camelCase (`exitCode`, `runSeconds`, `neverExits`,
+    `imagePullFails`, `ready`, `startupSeconds`, `log`, `process`, `imageFiles`).
     """
 
     model_config = ConfigDict(
@@ -58,8 +62,10 @@ class ContainerBehavior(BaseModel):
     never_exits: bool = False
     image_pull_fails: bool = False
     ready: bool = True
+    startup_seconds: float = Field(default=0, ge=0)
     log: str = ""
     process: bool = False
+    image_files: Path | None = None
 
 
 _RUNS_FOREVER = ContainerBehavior(never_exits=True)

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["NODE_CONTAINERD_CONFIG", "seed_gpu_host"]
+__all__ = ["FAKE_NVIDIA_SMI", "NODE_CONTAINERD_CONFIG", "install_fake_driver", "seed_gpu_host"]
 
 NODE_CONTAINERD_CONFIG = """\
 # Written by the cluster installer. The kubelet uses the systemd cgroup driver:
@@ -37,17 +37,28 @@ version = 2
 """The ``etc/containerd/config.toml`` `seed_gpu_host` writes by default."""
 
 _SHELL = "/bin/sh"
-_FAKE_NVIDIA_SMI = """#!/bin/sh
+FAKE_NVIDIA_SMI = """#!/bin/sh
 echo "NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4 (simulated)"
 """
 
 
-def seed_gpu_host(root: Path, containerd_config: str = NODE_CONTAINERD_CONFIG) -> None:
+def seed_gpu_host(
+    root: Path, containerd_config: str = NODE_CONTAINERD_CONFIG, *, host_driver: bool = True
+) -> None:
     """Give the node folder ``root`` what the toolkit and validator agents need of a GPU host
-    (see the module docstring); ``containerd_config`` becomes ``etc/containerd/config.toml``."""
+    (see the module docstring); ``containerd_config`` becomes ``etc/containerd/config.toml``.
+    Without ``host_driver`` the host has no driver of its own (a driver container's to install)."""
     config = root / "etc/containerd/config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(containerd_config)
+    if host_driver:
+        install_fake_driver(root)
+
+
+def install_fake_driver(root: Path) -> None:
+    """Make the folder ``root`` a driver root as the validator reaches one: a fake
+    ``usr/bin/nvidia-smi`` with ``bin/sh`` and the libraries it loads, copied from this machine,
+    so that ``chroot <root> nvidia-smi`` runs it."""
     for name in (_SHELL, *_libraries(_SHELL)):
         target = root / name.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -55,7 +66,7 @@ def seed_gpu_host(root: Path, containerd_config: str = NODE_CONTAINERD_CONFIG) -
         target.chmod(0o755)
     smi = root / "usr/bin/nvidia-smi"
     smi.parent.mkdir(parents=True, exist_ok=True)
-    smi.write_text(_FAKE_NVIDIA_SMI)
+    smi.write_text(FAKE_NVIDIA_SMI)
     smi.chmod(0o755)
 
 

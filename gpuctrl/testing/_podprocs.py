@@ -3,8 +3,10 @@
 `PodProcesses.start_due` starts the process of every process-backed container the simulation
 has in ContainerCreating (with its environment, mounts and ServiceAccount from `_container`)
 and returns the simulation with it running, or with CreateContainerConfigError when it cannot
-start. What happens afterwards arrives on `events` as `ProcessEvent`s (an exit, a readiness
-probe's verdict) for the kubelet's pod runner to `apply`. `stop` terminates them as a kubelet
+start. What happens afterwards arrives on `events` as `ProcessEvent`s (an exit, a startup or
+readiness probe's verdict) for the kubelet's pod runner to `apply`. Exec probes run inside the
+container, timed as `_probe` says; a container whose startup probe fails its failure
+threshold is killed. A probe of another kind (HTTP, TCP) passes. `stop` terminates them as a kubelet
 does on pod deletion and once a pod is finished (sidecars last, in reverse order), `kill` as a
 power cut.
 """
@@ -13,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import os
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ._bwrap import Entry, host_listing, system_binds
+from ._behavior import ContainerBehavior
+from ._bwrap import Entry, Mount, host_listing, system_binds
 from ._container import (
     ApiRequest,
     Cluster,
@@ -33,23 +37,25 @@ from ._container import (
 from ._nvidia import nvidia_runtime_mounts
 from ._podsim import (
     PodSim,
+    ProbeKind,
     probe_result,
     process_exited,
     process_failed,
     process_started,
     sidecar_names,
 )
+from ._probe import Probe
 from ._sandboxed import SandboxedProcess, SandboxStartError
 
-__all__ = ["PodProcesses", "ProcessEvent"]
+__all__ = ["PodProcesses", "ProcessEvent", "image_mounts"]
 
 
 @dataclass(frozen=True)
 class ProcessEvent:
     """Something a container's process did: exited (`value`: exit code) or was probed
-    (`value`: ready or not); `run` is the container's restart count when it started."""
+    (`value`: passed or not); `run` is the container's restart count when it started."""
 
-    kind: Literal["exited", "probe"]
+    kind: Literal["exited"] | ProbeKind
     container: str
     run: int
     value: int | bool
@@ -92,7 +98,9 @@ class PodProcesses:
                 continue
             spec = specs[container.name]
             now = _now()
-            starting = asyncio.ensure_future(self._start(spec, container.restart_count))
+            starting = asyncio.ensure_future(
+                self._start(spec, container.behavior, container.restart_count)
+            )
             try:
                 process = await asyncio.shield(starting)
             except asyncio.CancelledError:  # the pod is gone: so is what was starting
@@ -103,13 +111,14 @@ class PodProcesses:
                 continue
             # The kubelet probes containers and sidecars, not regular init containers.
             probed = container.sidecar or not container.init
-            probe = (spec.get("readinessProbe") or {}).get("exec") if probed else None
-            sim = process_started(sim, container.name, _now(), probed=probe is not None)
+            readiness = Probe.of(spec, "readinessProbe") if probed else None
+            sim = process_started(sim, container.name, _now(), probed=readiness is not None)
             self._running[container.name] = (container.restart_count, process)
             run = container.restart_count
             self._spawn(self._tasks, self._watch(container.name, run, process))
-            if probe is not None:
-                self._spawn(self._probes, self._probe(container.name, run, process, spec))
+            if container.startup is not None or readiness is not None:
+                probes = self._probe(container.name, run, process, container.startup, readiness)
+                self._spawn(self._probes, probes)
         return sim
 
     def apply(self, sim: PodSim, event: ProcessEvent) -> PodSim:
@@ -119,7 +128,7 @@ class PodProcesses:
             return sim
         if event.kind == "exited":
             return process_exited(sim, event.container, int(event.value), event.at)
-        return probe_result(sim, event.container, bool(event.value), event.at)
+        return probe_result(sim, event.container, event.kind, bool(event.value), event.at)
 
     async def stop(self, grace_seconds: float) -> None:
         """Terminate every process as a kubelet does (SIGTERM, then SIGKILL once the grace
@@ -140,7 +149,9 @@ class PodProcesses:
         await asyncio.gather(*(p.kill() for _, p in self._running.values()))
         self._cancel()
 
-    async def _start(self, spec: Mapping[str, Any], run: int) -> SandboxedProcess:
+    async def _start(
+        self, spec: Mapping[str, Any], behavior: ContainerBehavior, run: int
+    ) -> SandboxedProcess:
         context = self.context
         env = {
             "PATH": default_path(),
@@ -156,6 +167,8 @@ class PodProcesses:
             env.update(variables)
         env.update(await container_env(context, spec, self._request))
         mounts += await nvidia_runtime_mounts(context, env, self._request)
+        if behavior.image_files is not None:
+            mounts += await asyncio.to_thread(image_mounts, behavior.image_files)
         command = [expand(part, env) for part in [*spec.get("command", []), *spec.get("args", [])]]
         if not command:
             raise ContainerConfigError("no command: the image's entrypoint is not known here")
@@ -175,21 +188,38 @@ class PodProcesses:
         await self.events.put(ProcessEvent("exited", name, run, code, _now()))
 
     async def _probe(
-        self, name: str, run: int, process: SandboxedProcess, spec: Mapping[str, Any]
+        self,
+        name: str,
+        run: int,
+        process: SandboxedProcess,
+        startup: Probe | None,
+        readiness: Probe | None,
     ) -> None:
-        """Run the exec readiness probe as the kubelet does, reporting each change."""
-        probe = spec["readinessProbe"]
-        command = probe["exec"]["command"]
-        await asyncio.sleep(probe.get("initialDelaySeconds", 0))
+        """Probe as the kubelet does: the startup probe until it passes (the container killed
+        once it has failed its failure threshold in a row), then the readiness probe, reporting
+        each change."""
+        if startup is not None:
+            await asyncio.sleep(startup.delay)
+            failures = 0
+            while not await _passes(process, startup):
+                failures += 1
+                if failures >= startup.failure_threshold or not process.running:
+                    await process.kill()  # its exit comes as any exit does
+                    return
+                await asyncio.sleep(startup.period)
+            await self.events.put(ProcessEvent("startup", name, run, True, _now()))
+        if readiness is None:
+            return
+        await asyncio.sleep(readiness.delay)
         ready, streak = False, 0
         while process.running:
-            passed = await process.probe(command, probe.get("timeoutSeconds", 1))
+            passed = await _passes(process, readiness)
             streak = streak + 1 if passed == (not ready) else 0
-            needed = probe.get("failureThreshold", 3) if ready else probe.get("successThreshold", 1)
+            needed = readiness.failure_threshold if ready else readiness.success_threshold
             if streak >= needed:
                 ready, streak = not ready, 0
-                await self.events.put(ProcessEvent("probe", name, run, ready, _now()))
-            await asyncio.sleep(probe.get("periodSeconds", 10))
+                await self.events.put(ProcessEvent("readiness", name, run, ready, _now()))
+            await asyncio.sleep(readiness.period)
 
     def _kill_orphan(self, starting: asyncio.Future[SandboxedProcess]) -> None:
         if not starting.cancelled() and starting.exception() is None:
@@ -208,6 +238,24 @@ class PodProcesses:
 
 async def _killed(process: SandboxedProcess) -> None:
     await process.kill()
+
+
+async def _passes(process: SandboxedProcess, probe: Probe) -> bool:
+    if probe.command is None:
+        return True
+    return await process.probe(probe.command, probe.timeout)
+
+
+def image_mounts(folder: Path) -> list[Mount]:
+    """The files under `folder` (standing in for an image), each read-only at its path below
+    `folder` in the sandbox: ``<folder>/usr/bin/x`` at ``/usr/bin/x``."""
+    mounts = []
+    for directory, _folders, files in os.walk(folder):
+        for name in sorted(files):
+            source = Path(directory, name)
+            target = "/" + source.relative_to(folder).as_posix()
+            mounts.append(Mount(str(source), target, read_only=True))
+    return sorted(mounts, key=lambda m: m.target)
 
 
 def _containers(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

@@ -13,20 +13,23 @@ ImagePullBackOff if its image cannot be pulled), then, unless it never exits, Te
 exit code; restartPolicy decides whether it restarts after a CrashLoopBackOff (restartCount + 1).
 The pod phase is computed as the kubelet's getPhase does; Succeeded and Failed are final.
 
+A container with a startup probe is `started` once the probe passes (`_probe`): a simulated one
+passes at the first probe after its behavior's `startup_seconds` of running, or is killed (exit
+code 137) when the probe's failure threshold is used up first; until then it is not ready.
+
 A sidecar (an init container with ``restartPolicy: Always``, Kubernetes 1.29+) starts in its turn
-among the init containers, and the next one starts as soon as it runs (started: there are no
-startup probes here). It is restarted after every exit, whatever its code and the pod's
-restartPolicy, and counts for Ready like a container; Initialized only needs it started, and the
-phase ignores it. Once the pod's phase is final (its containers will not run again), the kubelet
-stops the sidecars that still run: a simulated one exits 0 at that moment, as a sidecar that
-handles SIGTERM does; a process-backed one is the kubelet's to stop, last declared first
-(`_podprocs.PodProcesses.stop`), and its process's exit ends its run as any exit does. One
-waiting to restart is not restarted.
+among the init containers, and the next one starts as soon as it has started. It is restarted
+after every exit, whatever its code and the pod's restartPolicy, and counts for Ready like a
+container; Initialized only needs it started, and the phase ignores it. Once the pod's phase is
+final (its containers will not run again), the kubelet stops the sidecars that still run: a
+simulated one exits 0 at that moment, as a sidecar that handles SIGTERM does; a process-backed
+one is the kubelet's to stop, last declared first (`_podprocs.PodProcesses.stop`), and its
+process's exit ends its run as any exit does. One waiting to restart is not restarted.
 
 A container whose behavior is `ContainerBehavior.process` has no timers while it is creating or
 running: the kubelet starts its process and reports what happens with `process_started`,
-`process_failed`, `probe_result` and `process_exited`; `rebooted` is the pod again after its
-node lost power.
+`process_failed`, `probe_result` (startup and readiness) and `process_exited`; `rebooted` is
+the pod again after its node lost power.
 """
 
 from __future__ import annotations
@@ -39,12 +42,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ._behavior import ContainerBehavior
+from ._probe import STARTUP_KILL_EXIT_CODE, Probe
 
 __all__ = [
     "NOT_STARTED",
     "Condition",
     "ContainerSim",
     "PodSim",
+    "ProbeKind",
     "Termination",
     "advance",
     "config_error_pod",
@@ -67,6 +72,7 @@ RESTART_BACKOFF_CAP_SECONDS = 5.0  # ... up to this
 CONFIG_RETRY_SECONDS = 1.0  # a process that could not start is tried again after this
 
 Seconds = datetime.timedelta
+ProbeKind = Literal["startup", "readiness"]
 Condition = tuple[bool, str | None, str | None]
 """A condition's status, reason and message."""
 _KINDS = ("initContainers", "containers")
@@ -108,6 +114,8 @@ class ContainerSim:
     termination: Termination | None = None  # of the current run, once state is "terminated"
     last: Termination | None = None  # the previous run (lastState), once restarted
     probed_ready: bool | None = None  # a process's readiness probe result; None: no probe
+    startup: Probe | None = None  # its startup probe
+    probed_started: bool = False  # whether the startup probe has passed in this run
 
     def due(self, restart_policy: str) -> datetime.datetime | None:
         """When this container's next transition happens, None if it never does by itself."""
@@ -117,12 +125,12 @@ class ContainerSim:
         delay: float | None = {
             "creating": None if process else CREATE_SECONDS,
             "pull-failed": PULL_BACKOFF_SECONDS,
-            "running": None if self.behavior.never_exits or process else self.behavior.run_seconds,
+            "running": None if process else self._running_seconds(),
             "crash-backoff": self.backoff_seconds,
             "terminated": 0.0 if self._restarts(restart_policy) else None,
             "config-error": CONFIG_RETRY_SECONDS if process else None,
         }.get(self.state)
-        return None if delay is None else self.since + Seconds(seconds=delay)
+        return None if delay is None else self._due_at(delay)
 
     def fire(self, at: datetime.datetime, uid: str) -> ContainerSim:
         """The container after its due transition, which happens at `at`."""
@@ -140,8 +148,32 @@ class ContainerSim:
             restarts = self.restart_count + (self.state == "crash-backoff")
             return dataclasses.replace(self._enter("running", at), restart_count=restarts)
         if self.state == "running":
+            verdict = self._startup_verdict()
+            if verdict is not None and self._due_at(verdict[0]) == at:
+                if verdict[1]:
+                    return dataclasses.replace(self, probed_started=True)
+                return self.exited(STARTUP_KILL_EXIT_CODE, at, uid)
             return self.exited(self.behavior.exit_code, at, uid)
         return dataclasses.replace(self._enter("crash-backoff", at), last=self.termination)
+
+    def _running_seconds(self) -> float | None:
+        """When, after it began running, a simulated container's next transition is due: its
+        startup probe's verdict, or the end of its run."""
+        ends = None if self.behavior.never_exits else self.behavior.run_seconds
+        verdict = self._startup_verdict()
+        if verdict is None:
+            return ends
+        return verdict[0] if ends is None else min(verdict[0], ends)
+
+    def _startup_verdict(self) -> tuple[float, bool] | None:
+        """The startup probe's verdict on this run, when still to come."""
+        if self.startup is None or self.probed_started:
+            return None
+        return self.startup.startup_verdict(self.behavior.startup_seconds)
+
+    def _due_at(self, seconds: float) -> datetime.datetime:
+        assert self.since is not None
+        return self.since + Seconds(seconds=seconds)
 
     def exited(self, exit_code: int, at: datetime.datetime, uid: str) -> ContainerSim:
         """The running container after its run ended with `exit_code` at `at`."""
@@ -169,8 +201,8 @@ class ContainerSim:
 
     @property
     def started(self) -> bool:
-        """What the kubelet reports as `started`: running (no startup probes here)."""
-        return self.state == "running"
+        """What the kubelet reports as `started`: running, and its startup probe passed."""
+        return self.state == "running" and (self.startup is None or self.probed_started)
 
     @property
     def initialized(self) -> bool:
@@ -185,8 +217,8 @@ class ContainerSim:
         if self.init and not self.sidecar:
             return self.succeeded
         if self.behavior.process:
-            return self.state == "running" and self.probed_ready is not False
-        return self.state == "running" and self.behavior.ready
+            return self.started and self.probed_ready is not False
+        return self.started and self.behavior.ready
 
     def container_id(self, uid: str) -> str:
         """The runtime's id of the current run."""
@@ -203,7 +235,9 @@ class ContainerSim:
         return (restart_policy == "Always" and not self.init) or self.termination.exit_code != 0
 
     def _enter(self, state: State, at: datetime.datetime) -> ContainerSim:
-        return dataclasses.replace(self, state=state, since=at, termination=None, probed_ready=None)
+        return dataclasses.replace(
+            self, state=state, since=at, termination=None, probed_ready=None, probed_started=False
+        )
 
 
 @dataclass(frozen=True)
@@ -261,6 +295,7 @@ def new_pod(
             kind == "initContainers",
             behaviors[c["name"]],
             sidecar=c["name"] in sidecars,
+            startup=Probe.of(c, "startupProbe"),
         )
         for kind in _KINDS
         for c in spec.get(kind) or []
@@ -329,13 +364,17 @@ def process_exited(sim: PodSim, name: str, exit_code: int, at: datetime.datetime
     return _change(sim, name, at, exit_)
 
 
-def probe_result(sim: PodSim, name: str, ready: bool, at: datetime.datetime) -> PodSim:
-    """Container `name`'s readiness probe now says `ready`."""
+def probe_result(
+    sim: PodSim, name: str, kind: ProbeKind, passed: bool, at: datetime.datetime
+) -> PodSim:
+    """Container `name`'s `kind` probe now says `passed` (a startup probe says it once)."""
 
     def probe(container: ContainerSim) -> ContainerSim:
         if container.state != "running":
             return container
-        return dataclasses.replace(container, probed_ready=ready)
+        if kind == "startup":
+            return dataclasses.replace(container, probed_started=passed)
+        return dataclasses.replace(container, probed_ready=passed)
 
     return _change(sim, name, at, probe)
 

@@ -2,8 +2,11 @@
 
 The driver check runs it inside the driver's root, as NVIDIA's validator does: the driver
 container's root when a driver container has installed one there, else the host's root
-(``chroot ROOT nvidia-smi``; a root of ``/`` runs it directly). The toolkit check runs it in
-its own container, where the NVIDIA runtime put it.
+(``chroot ROOT nvidia-smi``; a root of ``/`` runs it directly). Where a driver container
+installs the driver and the host has none of its own, the container's ready mark (written by
+its startup probe once the module is loaded and nvidia-smi answers) comes first, as NVIDIA's
+validator waits for ``.driver-ctr-ready``: a root still being installed is never trusted. The
+toolkit check runs it in its own container, where the NVIDIA runtime put it.
 """
 
 from __future__ import annotations
@@ -37,15 +40,24 @@ class SmiResult:
         return f"ran: {' '.join(self.argv)}\n{outcome}\n{self.output.rstrip()}".rstrip()
 
 
+def _has_driver(root: Path) -> bool:
+    return any((root / path).is_file() for path in _SMI_PATHS)
+
+
 def _installed_root(host_root: Path, driver_root: Path) -> Path:
     """``driver_root`` if a driver container installed a driver there, else ``host_root``."""
-    has_driver = any((driver_root / path).is_file() for path in _SMI_PATHS)
-    return driver_root if has_driver else host_root
+    return driver_root if _has_driver(driver_root) else host_root
 
 
-def driver_command(host_root: Path, driver_root: Path) -> tuple[str, ...]:
+def driver_command(
+    host_root: Path, driver_root: Path, container_mark: Path | None = None
+) -> tuple[str, ...]:
     """The command of the driver check: nvidia-smi in ``driver_root`` if a driver container
-    installed it there, else in ``host_root``. Decided afresh on each call (a driver may appear)."""
+    installed it there, else in ``host_root``. With ``container_mark`` (a driver container
+    installs the driver) and no driver on the host, a check of the mark until it exists.
+    Decided afresh on each call (a driver may appear)."""
+    if container_mark is not None and not _has_driver(host_root) and not container_mark.exists():
+        return ("stat", str(container_mark))
     root = _installed_root(host_root, driver_root)
     if root.resolve() == Path("/"):
         return (_SMI,)

@@ -11,9 +11,18 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["DEFAULT_OUTPUT_DIR", "clear_status", "status_path", "write_status"]
+__all__ = [
+    "DEFAULT_OUTPUT_DIR",
+    "DRIVER_CONTAINER_MARK",
+    "clear_status",
+    "status_path",
+    "write_status",
+]
 
 DEFAULT_OUTPUT_DIR = Path("/run/nvidia/validations")
+# The driver container's ready mark in the folder, as NVIDIA names it: its startup probe writes
+# it, its preStop hook removes it.
+DRIVER_CONTAINER_MARK = ".driver-ctr-ready"
 
 
 def status_path(output_dir: Path, check: str) -> Path:

@@ -29,7 +29,12 @@ from gpuctrl.validator._smi import (
     run_smi,
     toolkit_command,
 )
-from gpuctrl.validator._status import DEFAULT_OUTPUT_DIR, clear_status, write_status
+from gpuctrl.validator._status import (
+    DEFAULT_OUTPUT_DIR,
+    DRIVER_CONTAINER_MARK,
+    clear_status,
+    write_status,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -66,6 +71,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=Path("/run/nvidia/driver"),
         help="where a driver container installs the driver (default /run/nvidia/driver); "
         "used when it holds nvidia-smi, else the host root",
+    )
+    driver.add_argument(
+        "--driver-container",
+        action="store_true",
+        help="a driver container installs the driver: unless the host has its own, wait for "
+        f"its ready mark (<output-dir>/{DRIVER_CONTAINER_MARK}) before checking its root",
     )
     _add_smi_arguments(checks.add_parser("toolkit", help="run nvidia-smi in this container"))
     for name, summary in (
@@ -173,8 +184,9 @@ def _run_check(args: argparse.Namespace) -> tuple[bool, str]:
 def _run_smi_check(args: argparse.Namespace) -> SmiResult:
     if args.check == "driver":
         host_root, driver_root = args.host_root, args.driver_root
+        mark = args.output_dir / DRIVER_CONTAINER_MARK if args.driver_container else None
         return run_smi(
-            lambda: driver_command(host_root, driver_root),
+            lambda: driver_command(host_root, driver_root, mark),
             wait=args.wait,
             timeout=args.timeout or 300.0,
             interval=args.retry_interval,

@@ -528,3 +528,54 @@ async def test_nvidia_runtime_class_puts_the_drivers_nvidia_smi_on_path(
     finally:
         for name in ("nvidia", "other"):
             await node_api.delete_runtime_class(name)
+
+
+@pytest.mark.gpu_nodes(count=1)
+async def test_startup_probe_holds_started_and_ready_then_kills_a_container_that_never_starts(
+    gpu_nodes: SimulatedKubelet, kube_api: ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    """A container is neither started nor ready until its exec startup probe passes (run in
+    the container, from an image's files shown at their paths); one whose probe keeps failing
+    is killed at its failure threshold and restarted."""
+    core = client.CoreV1Api(kube_api)
+    image = tmp_path / "image"
+    loader = image / "usr/local/bin/load-module"
+    loader.parent.mkdir(parents=True)
+    loader.write_text(
+        "#!/bin/sh\nsleep 2\nmkdir -p /sys/module/nvidia\n: > /sys/module/nvidia/refcnt\n"
+    )
+    loader.chmod(0o755)
+    behavior = json.dumps({"main": {"process": True, "imageFiles": str(image)}})
+    node = gpu_nodes.nodes[0].name
+    script = "load-module; while true; do sleep 0.1; done"
+    loads = {"exec": {"command": ["test", "-e", "/sys/module/nvidia/refcnt"]},
+             "periodSeconds": 1, "failureThreshold": 30}  # fmt: skip
+    never = {"exec": {"command": ["false"]}, "periodSeconds": 1, "failureThreshold": 2}
+    for name, probe in (("loads", loads), ("never", never)):
+        pod = _shell_pod(
+            name, node, script, restartPolicy="Always", container={"startupProbe": probe}
+        )
+        pod["metadata"]["annotations"][BEHAVIOR_ANNOTATION] = behavior
+        await core.create_namespaced_pod(namespace, pod)
+
+    async def status(name: str) -> dict[str, Any]:
+        pod = await _read_pod(kube_api, namespace, name)
+        [container] = pod.get("status", {}).get("containerStatuses") or [{"state": {}}]
+        return dict(container)
+
+    async def loading() -> None:
+        container = await status("loads")
+        assert "running" in container["state"], container
+        assert (container["started"], container["ready"]) == (False, False)
+
+    await eventually(loading)
+    await eventually(lambda: _ready(kube_api, namespace, "loads"), within=20)
+    assert (await status("loads"))["restartCount"] == 0
+
+    async def killed() -> None:
+        container = await status("never")
+        assert container["restartCount"] >= 1, container
+        assert container["lastState"]["terminated"]["exitCode"] == 137
+        assert container["started"] is False
+
+    await eventually(killed, within=30)

@@ -90,7 +90,7 @@ def test_a_probed_process_is_ready_only_once_its_probe_passes() -> None:
     running = process_started(_pod(), "main", _seconds(1), probed=True)
     assert _state(running)[2] is False
 
-    ready = probe_result(running, "main", True, _seconds(2))
+    ready = probe_result(running, "main", "readiness", True, _seconds(2))
     assert _state(ready)[2] is True
     assert pod_status(ready)["conditions"][1] == {
         "type": "Ready",
@@ -98,7 +98,7 @@ def test_a_probed_process_is_ready_only_once_its_probe_passes() -> None:
         "lastProbeTime": None,
         "lastTransitionTime": "2026-01-01T00:00:02Z",
     }
-    assert _state(probe_result(ready, "main", False, _seconds(3)))[2] is False
+    assert _state(probe_result(ready, "main", "readiness", False, _seconds(3)))[2] is False
 
 
 def test_a_process_that_cannot_start_is_a_config_error() -> None:

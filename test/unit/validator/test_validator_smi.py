@@ -127,6 +127,18 @@ def test_driver_command_prefers_an_installed_driver_container_root(tmp_path: Pat
     assert driver_command(host, driver) == ("chroot", str(driver), "nvidia-smi")
 
 
+def test_a_driver_containers_root_counts_only_once_its_ready_mark_is_there(tmp_path: Path) -> None:
+    host, driver, mark = tmp_path / "host", tmp_path / "driver", tmp_path / ".driver-ctr-ready"
+    _install(driver / "usr" / "bin", GOOD_SMI)  # installed, but the module may not be loaded
+
+    assert driver_command(host, driver, mark) == ("stat", str(mark))
+    mark.write_text("GDS_ENABLED: false\n")
+    assert driver_command(host, driver, mark) == ("chroot", str(driver), "nvidia-smi")
+    mark.unlink()
+    _install(host / "usr" / "bin", GOOD_SMI)  # a driver of the host's own needs no mark
+    assert driver_command(host, driver, mark) == ("chroot", str(driver), "nvidia-smi")
+
+
 def _minimal_root(root: Path, smi: str) -> None:
     """A root holding /bin/sh, the libraries it needs and ``smi`` as /usr/bin/nvidia-smi."""
     shell = Path(shutil.which("dash") or "/bin/sh").resolve()
@@ -165,6 +177,33 @@ def test_driver_runs_nvidia_smi_inside_the_host_root(
         f"IS_HOST_DRIVER=true\nNVIDIA_DRIVER_ROOT=/\nDRIVER_ROOT_CTR_PATH={host}\n"
         f"NVIDIA_DEV_ROOT=/\nDEV_ROOT_CTR_PATH={host}\n"
     )
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="chroot needs root"
+)
+def test_driver_container_wait_says_it_waits_for_the_mark_and_passes_once_it_appears(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    driver, out = tmp_path / "driver", tmp_path / "out"
+    _minimal_root(driver, GOOD_SMI)  # its files are there: the module is still loading
+    out.mkdir()
+    argv = ["validate", "driver", "--host-root", str(tmp_path / "host"),
+            "--driver-root", str(driver), "--output-dir", str(out),
+            "--driver-container"]  # fmt: skip
+
+    assert main(argv) == 1
+    assert f"ran: stat {out / '.driver-ctr-ready'}" in capsys.readouterr().err
+    assert not status_path(out, "driver").exists()
+    appear = threading.Timer(0.5, (out / ".driver-ctr-ready").write_text, ("",))
+    appear.start()
+    try:
+        code = main([*argv, "--wait", "--retry-interval", "0.1", "--timeout", "20"])
+    finally:
+        appear.cancel()
+        appear.join()
+    assert code == 0, capsys.readouterr().err
+    assert status_path(out, "driver").read_text().startswith("IS_HOST_DRIVER=false\n")
 
 
 def test_the_smi_checks_never_load_the_kubernetes_client() -> None:
