@@ -12,6 +12,9 @@ RUN_DEBIAN_PACKAGES := bubblewrap
 # ... and those the tests also talk to for real (containerd's parser and daemon; dnf's and
 # zypper's parsers of .repo files).
 TEST_DEBIAN_PACKAGES := $(RUN_DEBIAN_PACKAGES) containerd dpkg-dev gnupg apt-utils python3-dnf zypper
+# `make test` runs the tests in two processes (pytest-xdist), each test module in one of them
+# (module-scoped clusters stay whole); TEST_WORKERS= runs them in one.
+TEST_WORKERS ?= -n 2 --dist loadscope
 
 .PHONY: help run test lint unit integration e2e bench manifests envtest test-deps clean
 
@@ -47,7 +50,7 @@ lint: $(STAMP) ## ruff, import contracts and mypy
 	$(BIN)/mypy gpuctrl api controllers webhooks
 
 test: $(STAMP) $(HELM_STAMP) test-deps lint ## lint, then every test (what CI runs)
-	$(BIN)/python -m pytest -q -rfE --durations=20 test/unit test/integration test/e2e
+	$(BIN)/python -m pytest -q -rfE --durations=20 $(TEST_WORKERS) test/unit test/integration test/e2e
 
 unit: $(STAMP) ## the unit tests only (no control plane)
 	$(BIN)/python -m pytest -q test/unit

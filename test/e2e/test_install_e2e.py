@@ -180,8 +180,9 @@ async def test_install_run_under_own_accounts_and_uninstall(path: str, tmp_path:
         async with await new_api_client(plane.kubeconfig) as api:
             admin = Client(api)
             nodes = simulated_gpu_nodes("gpu", count=2, os_releases=[("ubuntu", "22.04")])
-            async with AsyncExitStack() as stack:
-                await stack.enter_async_context(SimulatedKubelet(plane.kubeconfig, nodes))
+            # The nodes stay up through the uninstall, as a cluster's do: the install's own
+            # pods then end as pods do (with no kubelet, only the pod GC would remove them).
+            async with SimulatedKubelet(plane.kubeconfig, nodes), AsyncExitStack() as stack:
                 await stack.enter_async_context(running_webhook(webhook, NAMESPACE, tmp_path))
                 await stack.enter_async_context(
                     running_manager(manager, NAMESPACE, tmp_path / "manager.log", "--leader-elect")
@@ -206,10 +207,11 @@ async def test_install_run_under_own_accounts_and_uninstall(path: str, tmp_path:
                 # so the toolkit agent gets SIGTERM and runs its cleanup.
                 assert any(name.startswith("gpuctrl-toolkit") for name in seen), seen
                 assert set(seen.values()) == {30}, seen
-            # manager and webhook stopped (SIGTERM, exit 0); now the install itself.
-            assert denials(plane.audit_log) == []
-            kept = [o for o in objects if o["kind"] != "CustomResourceDefinition"]
-            await uninstall(plane.kubeconfig, kept if path == "helm" else objects)
+                await stack.aclose()
+                # manager and webhook stopped (SIGTERM, exit 0); now the install itself.
+                assert denials(plane.audit_log) == []
+                kept = [o for o in objects if o["kind"] != "CustomResourceDefinition"]
+                await uninstall(plane.kubeconfig, kept if path == "helm" else objects)
         left = await remaining(plane)
         # Helm never deletes what crds/ installed; kustomize's install includes the CRDs.
         crds = [f"customresourcedefinition.apiextensions.k8s.io/{c}" for c in HELM_KEEPS]

@@ -12,8 +12,9 @@ driver container's ready mark once the module is loaded and nvidia-smi answers.
 While the module loads, the driver pod runs but is neither started nor ready, DriverReady is
 False, the toolkit pod waits in its driver check (no ready mark), the device plugin pod in its
 wait for toolkit-ready, the validator pod in its driver check, and no status file exists.
-Then, on every node and in this order, the driver starts, the toolkit agent turns ready, the
-device plugin runs; the policy is ready and ``driver-ready`` says the driver is a driver
+Then, on every node, the driver starts before the toolkit agent runs and before the
+validator writes ``toolkit-ready``, and the device plugin runs only after that; the policy is
+ready and ``driver-ready`` says the driver is a driver
 container's (``IS_HOST_DRIVER=false``).
 """
 
@@ -33,7 +34,6 @@ from e2e_stack import (
     PODS,
     POLICIES,
     conditions,
-    is_ready,
     operator_cluster,
     policy_ready,
     running_manager,
@@ -136,19 +136,25 @@ async def _pods(admin: Client) -> dict[str, dict[str, dict[str, Any]]]:
 
 
 async def _watch(stack: Stack) -> None:
-    """Until cancelled: note when each node's driver first started, its toolkit pod first
-    turned ready and its device plugin first ran."""
+    """Until cancelled: note when each node's driver first started, its toolkit agent first
+    ran (past its driver check), ``toolkit-ready`` first existed and its device plugin first
+    ran (past its wait for that file)."""
     while True:
         pods = await _pods(stack.admin)
         now = time.monotonic()
-        for main, what, reached in (
-            (DRIVER, "driver started", lambda p: _container(p, DRIVER).get("started") is True),
-            (TOOLKIT, "toolkit ready", is_ready),
-            (PLUGIN, "plugin running", lambda p: "running" in _container(p, PLUGIN)["state"]),
+        for main, what in (
+            (DRIVER, "driver started"),
+            (TOOLKIT, "toolkit running"),
+            (PLUGIN, "plugin running"),
         ):
             for node, pod in pods.get(main, {}).items():
-                if reached(pod):
+                container = _container(pod, main)
+                if container.get("started") is True and "running" in container["state"]:
                     stack.seen.setdefault(node, {}).setdefault(what, now)
+        for node in stack.kubelet.nodes:
+            assert node.root is not None
+            if (node.root / STATUS_DIR / "toolkit-ready").is_file():
+                stack.seen.setdefault(node.name, {}).setdefault("toolkit-ready written", now)
         await asyncio.sleep(0.2)
 
 
@@ -228,10 +234,14 @@ async def test_then_driver_toolkit_and_device_plugin_start_in_order_and_the_poli
     assert conditions(status)["DriverReady"]["status"] == "True"
     for node in stack.kubelet.nodes:
         assert node.root is not None
-        order = [
-            stack.first(node.name, w) for w in ("driver started", "toolkit ready", "plugin running")
-        ]
-        assert order == sorted(order), (node.name, stack.seen[node.name])
+        # What each gate guarantees: the toolkit agent runs after the driver started (its driver
+        # check waits for the ready mark); toolkit-ready (the validator's toolkit check, after
+        # its driver check) comes after that too, and the device plugin runs after it.
+        first = {what: stack.first(node.name, what) for what in stack.seen[node.name]}
+        seen = (node.name, first)
+        assert first["driver started"] <= first["toolkit running"], seen
+        assert first["driver started"] <= first["toolkit-ready written"], seen
+        assert first["toolkit-ready written"] <= first["plugin running"], seen
         files = set(_status_files(stack)[node.name])
         assert {".driver-ctr-ready", "driver-ready", "toolkit-ready"} <= files, files
         driver_ready = (node.root / STATUS_DIR / "driver-ready").read_text()
