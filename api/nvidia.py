@@ -57,6 +57,7 @@ _CARRIED = {
     "toolkit": (*_IMAGE, *_COMMON, "installDir"),
     "validator": (*_COMMON, "driver", "toolkit", "cuda", "plugin"),
     "devicePlugin": (*_IMAGE, *_COMMON),
+    "gfd": (*_IMAGE, *_COMMON, "hostNetwork"),
     "mig": ("strategy",),
     "cdi": ("enabled",),
 }
@@ -128,6 +129,7 @@ IMAGE_SECTIONS: tuple[tuple[str, ...], ...] = (
     ("toolkit", "runtimeImage"),
     ("validator",),
     ("devicePlugin",),
+    ("gfd",),
 )
 # NVIDIA's defaults that mean "nothing set": not reported when left as they are.
 _NVIDIA_DEFAULTS = {
@@ -140,7 +142,7 @@ _REPO_FIELDS = ("configMapName",)
 _CERT_FIELDS = ("name",)
 # NVIDIA's sections that are operands (a DaemonSet each); the others are settings.
 OPERANDS = (
-    "gfd", "dcgm", "dcgmExporter", "migManager", "nodeStatusExporter", "gds", "gdrcopy",
+    "dcgm", "dcgmExporter", "migManager", "nodeStatusExporter", "gds", "gdrcopy",
     "vgpuManager", "vgpuDeviceManager", "vfioManager", "sandboxDevicePlugin", "kataManager",
     "ccManager", "kataSandboxDevicePlugin",
 )  # fmt: skip

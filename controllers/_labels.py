@@ -30,6 +30,7 @@ DEPLOY_LABELS = {
     "toolkit": "nvidia.com/gpu.deploy.container-toolkit",
     "validator": "nvidia.com/gpu.deploy.operator-validator",
     "device-plugin": "nvidia.com/gpu.deploy.device-plugin",
+    "gpu-feature-discovery": "nvidia.com/gpu.deploy.gpu-feature-discovery",
 }
 """Each gpuctrl component's deploy label (NVIDIA's names, which its DaemonSet selects)."""
 READ_LABELS = (

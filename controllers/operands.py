@@ -7,9 +7,10 @@ from __future__ import annotations
 from controllers._operand import Operand
 from controllers.deviceplugin import DEVICE_PLUGIN
 from controllers.driver import DRIVER
+from controllers.gfd import GFD
 from controllers.toolkit import TOOLKIT
 from controllers.validator import VALIDATOR
 
 __all__ = ["OPERANDS"]
 
-OPERANDS: tuple[Operand, ...] = (DRIVER, TOOLKIT, VALIDATOR, DEVICE_PLUGIN)
+OPERANDS: tuple[Operand, ...] = (DRIVER, TOOLKIT, VALIDATOR, DEVICE_PLUGIN, GFD)

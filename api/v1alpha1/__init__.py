@@ -18,6 +18,7 @@ from api.v1alpha1._component import Component, Image, image_reference
 from api.v1alpha1._daemonsets import ContainerRuntime, DaemonsetsSpec, OperatorSpec, RollingUpdate
 from api.v1alpha1._deviceplugin import DevicePluginSpec
 from api.v1alpha1._driver import CertConfig, DriverManagerSpec, DriverSpec, RepoConfig
+from api.v1alpha1._gfd import GFDSpec
 from api.v1alpha1._images import NVIDIA_IMAGES, PinnedImage
 from api.v1alpha1._mig import MIGSpec, MIGStrategy
 from api.v1alpha1._names import CLUSTER_POLICY, POD_POLICY, KindNames
@@ -94,6 +95,7 @@ __all__ = [
     "DriverUpgradePolicySpec",
     "DropInMode",
     "EnvVar",
+    "GFDSpec",
     "GPUPodDeletionSpec",
     "Image",
     "InvalidPolicy",

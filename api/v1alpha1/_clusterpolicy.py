@@ -13,6 +13,7 @@ from api.v1alpha1._cdi import CDISpec
 from api.v1alpha1._daemonsets import DaemonsetsSpec, OperatorSpec
 from api.v1alpha1._deviceplugin import DevicePluginSpec
 from api.v1alpha1._driver import DriverSpec
+from api.v1alpha1._gfd import GFDSpec
 from api.v1alpha1._mig import MIGSpec
 from api.v1alpha1._status import ClusterPolicyStatus
 from api.v1alpha1._toolkit import ToolkitSpec
@@ -38,6 +39,7 @@ class ClusterPolicySpec(ApiModel):
     device_plugin: DevicePluginSpec = Field(
         default_factory=DevicePluginSpec, description="NVIDIA's device plugin."
     )
+    gfd: GFDSpec = Field(default_factory=GFDSpec, description="NVIDIA's GPU feature discovery.")
     mig: MIGSpec = Field(default_factory=MIGSpec, description="How MIG devices are advertised.")
     cdi: CDISpec = Field(
         default_factory=CDISpec, description="How GPUs reach containers: CDI or the legacy path."

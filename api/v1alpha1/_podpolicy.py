@@ -32,7 +32,14 @@ __all__ = [
 ]
 
 Mesh = Literal["istio", "linkerd", "kuma", "consul"]
-TargetComponent = Literal["validator-workloads", "driver", "toolkit", "validator", "device-plugin"]
+TargetComponent = Literal[
+    "validator-workloads",
+    "driver",
+    "toolkit",
+    "validator",
+    "device-plugin",
+    "gpu-feature-discovery",
+]
 
 
 class MeshOptOut(ApiModel):

@@ -47,6 +47,7 @@ from controllers.render._meta import daemonset_context, env, metadata
 __all__ = [
     "WORKLOADS_CONFIG_MAP",
     "effective_workloads",
+    "mig_env",
     "render_device_plugin",
     "render_toolkit",
     "render_validator",
@@ -416,15 +417,21 @@ def _check_user_templates(policy: ClusterPolicy, facts: ClusterFacts) -> None:
         raise RenderError(f"{path}: ConfigMap {name!r} lacks the key(s) {', '.join(missing)}")
 
 
+def mig_env(policy: ClusterPolicy) -> dict[str, str]:
+    """The MIG env NVIDIA's operator gives the device plugin and GPU feature discovery: the
+    strategy, and MIG devices monitored unless it is ``none``."""
+    strategy = policy.spec.mig.strategy
+    values: dict[str, str] = {"MIG_STRATEGY": strategy}
+    if strategy != "none":
+        values["NVIDIA_MIG_MONITOR_DEVICES"] = "all"
+    return values
+
+
 def _device_plugin_env(policy: ClusterPolicy) -> tuple[dict[str, str], ...]:
     """The device plugin image's env as NVIDIA's operator sets it: the MIG strategy (MIG
     devices monitored unless it is ``none``) and, with CDI, GPUs handed out as CDI devices
     (annotations and the CRI field) with the CDI hook the installer put in the runtime dir."""
-    values = dict(_DEVICE_PLUGIN_ENV)
-    strategy = policy.spec.mig.strategy
-    values["MIG_STRATEGY"] = strategy
-    if strategy != "none":
-        values["NVIDIA_MIG_MONITOR_DEVICES"] = "all"
+    values = dict(_DEVICE_PLUGIN_ENV) | mig_env(policy)
     if policy.spec.cdi.enabled:
         values |= {
             "CDI_ENABLED": "true",

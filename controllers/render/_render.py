@@ -18,6 +18,7 @@ from controllers.render._agents import (
 from controllers.render._driver import render_driver
 from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
+from controllers.render._gfd import render_gfd
 from controllers.render._meta import metadata
 
 __all__ = ["COMPONENTS", "builtin_workload_templates", "render", "render_component"]
@@ -66,7 +67,7 @@ def _validator(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any
     return render_validator(policy, facts, builtin_workload_templates())
 
 
-COMPONENTS = ("driver", "toolkit", "validator", "device-plugin")
+COMPONENTS = ("driver", "toolkit", "validator", "device-plugin", "gpu-feature-discovery")
 """The operands, each one controller's: the ``app.kubernetes.io/component`` label values."""
 # What render yields, in order, and whose it is (the RuntimeClass is the toolkit's).
 _PARTS: tuple[tuple[str, Callable[[ClusterPolicy, ClusterFacts], list[dict[str, Any]]]], ...] = (
@@ -74,5 +75,6 @@ _PARTS: tuple[tuple[str, Callable[[ClusterPolicy, ClusterFacts], list[dict[str, 
     ("toolkit", render_toolkit),
     ("validator", _validator),
     ("device-plugin", render_device_plugin),
+    ("gpu-feature-discovery", render_gfd),
     ("toolkit", _runtime_class),
 )

@@ -38,7 +38,12 @@ NAMESPACE = "gpuctrl"
 POLICY = "cluster"
 OS_RELEASES = (("ubuntu", "22.04"), ("ubuntu", "24.04"), ("rhel", "9.4"))
 DRIVERS = {"gpuctrl-driver-ubuntu22.04", "gpuctrl-driver-ubuntu24.04", "gpuctrl-driver-rhel9.4"}
-AGENTS = {"gpuctrl-toolkit", "gpuctrl-validator", "gpuctrl-device-plugin"}
+AGENTS = {
+    "gpuctrl-toolkit",
+    "gpuctrl-validator",
+    "gpuctrl-device-plugin",
+    "gpuctrl-gpu-feature-discovery",
+}
 PODS = Resource("v1", "Pod", "pods")
 SERVICE_ACCOUNTS = Resource("v1", "ServiceAccount", "serviceaccounts")
 RUNTIME_CLASSES = Resource("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False)
@@ -57,7 +62,13 @@ POKE = "example.com/poke"  # an annotation no controller reads
 SECOND_GPU_LABEL = "feature.node.kubernetes.io/pci-0302_10de.present"
 DEPLOY = {
     f"nvidia.com/gpu.deploy.{operand}": "true"
-    for operand in ("driver", "container-toolkit", "operator-validator", "device-plugin")
+    for operand in (
+        "driver",
+        "container-toolkit",
+        "operator-validator",
+        "device-plugin",
+        "gpu-feature-discovery",
+    )
 }
 
 
@@ -130,6 +141,7 @@ async def test_mixed_os_cluster_converges(
             "ToolkitReady",
             "ValidatorReady",
             "DevicePluginReady",
+            "GFDReady",
             "DriverUpgrade",
             "Ready",
         ),
@@ -272,24 +284,32 @@ async def test_node_of_a_new_os_gets_its_driver_and_loses_it_when_removed(
     await converged(client)
 
 
+@pytest.mark.parametrize(
+    ("section", "component", "condition"),
+    [
+        ("devicePlugin", "device-plugin", "DevicePluginReady"),
+        ("gfd", "gpu-feature-discovery", "GFDReady"),
+    ],
+)
 async def test_disabled_operand_is_removed_with_its_labels_and_comes_back(
-    operator: Running, client: Client
+    operator: Running, client: Client, section: str, component: str, condition: str
 ) -> None:
-    label = "nvidia.com/gpu.deploy.device-plugin"
-    await patch_policy(client, {"devicePlugin": {"enabled": False}})
+    label = f"nvidia.com/gpu.deploy.{component}"
+    await patch_policy(client, {section: {"enabled": False}})
 
     async def removed() -> None:
-        assert "gpuctrl-device-plugin" not in await daemonsets(client, NAMESPACE)
+        assert f"gpuctrl-{component}" not in await daemonsets(client, NAMESPACE)
         nodes = await client.list(NODES, label_selector=label)
         assert nodes == []
-        found = conditions(await status_of(client, POLICY))["DevicePluginReady"]
+        found = conditions(await status_of(client, POLICY))[condition]
         assert (found["status"], found["reason"]) == ("True", "Disabled")
 
     await eventually(removed, within=30)
     await converged(client)
-    await patch_policy(client, {"devicePlugin": {"enabled": True}})
+    await patch_policy(client, {section: {"enabled": True}})
     status = await converged(client)
-    assert conditions(status)["DevicePluginReady"]["reason"] == "Reconciled"
+    assert conditions(status)[condition]["reason"] == "Reconciled"
+    assert status["readyNodes"] == "4/4"  # its pods are counted again
     assert len(await client.list(NODES, label_selector=f"{label}=true")) == 4
 
 

@@ -28,6 +28,7 @@ CONTROLLER_CONDITIONS = (
     "ToolkitReady",
     "ValidatorReady",
     "DevicePluginReady",
+    "GFDReady",
 )
 
 

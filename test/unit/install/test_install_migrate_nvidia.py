@@ -23,7 +23,7 @@ SAMPLE_NOT_CARRIED = [
     " workload pod",
 ]
 SAMPLE_LACKING = (
-    "operands gpuctrl lacks: spec.gfd, spec.dcgm, spec.dcgmExporter, spec.migManager,"
+    "operands gpuctrl lacks: spec.dcgm, spec.dcgmExporter, spec.migManager,"
     " spec.vgpuManager, spec.vgpuDeviceManager, spec.vfioManager, spec.sandboxDevicePlugin"
 )
 
@@ -90,3 +90,30 @@ def test_unset_empty_is_idempotent_and_leaves_no_empty_key(value: dict[str, Any]
                 check(field)
 
     check(once)
+
+
+def test_gfd_carries_over_with_a_full_image_reference_and_its_host_network() -> None:
+    gfd = {
+        "enabled": True,
+        "repository": "",
+        "image": "registry.example.com/nvidia/k8s-device-plugin:v0.17.1",
+        "version": "",
+        "hostNetwork": True,
+        "env": [{"name": "GFD_SLEEP_INTERVAL", "value": "30s"}],
+        "resources": {},
+    }
+    migration = from_nvidia({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                             "spec": {"gfd": gfd, "mig": {"strategy": "mixed"}}})  # fmt: skip
+    assert migration.dropped == []
+    spec = load_cluster_policy(migration.policy).spec
+    assert (spec.gfd.repository, spec.gfd.image, spec.gfd.version) == (
+        "registry.example.com/nvidia",
+        "k8s-device-plugin",
+        "v0.17.1",
+    )
+    assert spec.gfd.host_network is True
+    assert [(e.name, e.value) for e in spec.gfd.env] == [("GFD_SLEEP_INTERVAL", "30s")]
+    assert spec.mig.strategy == "mixed"
+    off = from_nvidia({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                       "spec": {"gfd": {"enabled": False}}})  # fmt: skip
+    assert load_cluster_policy(off.policy).spec.gfd.enabled is False

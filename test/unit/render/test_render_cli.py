@@ -24,7 +24,8 @@ def test_prints_the_rendered_stream(capsys: pytest.CaptureFixture[str]) -> None:
     assert out == to_yaml(render(given.policy, given.facts))
     assert err == ""
     kinds = [obj["kind"] for obj in yaml.safe_load_all(out)]
-    assert kinds.count("DaemonSet") == 5  # two OS releases among the GPU nodes
+    # A driver per OS release among the GPU nodes (two), toolkit, validator, device plugin, GFD.
+    assert kinds.count("DaemonSet") == 6
 
 
 def test_writes_one_file_per_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

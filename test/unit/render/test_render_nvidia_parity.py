@@ -102,6 +102,6 @@ def test_the_contract_is_read() -> None:
         for o in CONTRACT.values()
         for c in o.values()
     )
-    assert set(CONTRACT) == {"driver", "device-plugin"}
+    assert set(CONTRACT) == {"driver", "device-plugin", "gpu-feature-discovery"}
     assert items > 40
     assert len(documented()) < items / 4

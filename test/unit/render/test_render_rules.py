@@ -64,6 +64,7 @@ def test_every_object_carries_managed_by_and_component() -> None:
             "driver",
             "toolkit",
             "validator",
+            "gpu-feature-discovery",
             "device-plugin",
         }
     kinds = sorted({o["kind"] for o in objects})
@@ -355,7 +356,10 @@ def test_user_labels_cannot_override_gpuctrl_labels() -> None:
 
 def test_disabled_operands_are_not_rendered() -> None:
     policy = _policy(
-        driver={"enabled": False}, toolkit={"enabled": False}, devicePlugin={"enabled": False}
+        driver={"enabled": False},
+        toolkit={"enabled": False},
+        devicePlugin={"enabled": False},
+        gfd={"enabled": False},
     )
     components = {
         o["metadata"]["labels"]["app.kubernetes.io/component"] for o in render(policy, _facts())

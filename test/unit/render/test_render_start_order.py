@@ -1,5 +1,6 @@
 """The operands start in NVIDIA's order, through NVIDIA's status files: the toolkit validates
-the driver first, the device plugin waits for the validator's toolkit check and starts with the
+the driver first, the device plugin (and GPU feature discovery) waits for the validator's
+toolkit check and starts with the
 driver's roots from ``driver-ready``, and the driver container is started once its probe finds
 the module loaded and nvidia-smi answering. The scripts run here as the kubelet runs them, on
 a temporary folder standing in for the node's."""
@@ -71,8 +72,9 @@ def test_the_toolkit_validates_the_driver_before_it_installs_anything(tmp_path: 
     assert text.startswith("IS_HOST_DRIVER=true\nNVIDIA_DRIVER_ROOT=/\n")
 
 
-def test_the_device_plugin_waits_for_the_toolkit_check(tmp_path: Path) -> None:
-    pod = pod_of("device-plugin")
+@pytest.mark.parametrize("operand", ["device-plugin", "gpu-feature-discovery"])
+def test_the_device_plugin_and_gfd_wait_for_the_toolkit_check(operand: str, tmp_path: Path) -> None:
+    pod = pod_of(operand)
     [gate] = pod["initContainers"]
     assert gate["name"] == "toolkit-validation"
     [mount] = gate["volumeMounts"]

@@ -1,0 +1,65 @@
+"""GPU feature discovery: NVIDIA's ``gpu-feature-discovery`` (of the device plugin's image),
+as NVIDIA's operator deploys it (assets/gpu-feature-discovery and its transform)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.v1alpha1 import ClusterPolicy, image_reference
+from controllers.render._account import Permissions, account_objects
+from controllers.render._agents import VALIDATOR_STATUS_DIR, mig_env
+from controllers.render._engine import render_template
+from controllers.render._facts import ClusterFacts
+from controllers.render._meta import daemonset_context
+
+__all__ = ["FEATURES_DIR", "render_gfd"]
+
+COMPONENT = "gpu-feature-discovery"
+FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+"""Where node-feature-discovery's local source reads feature files (on the host, and here)."""
+# NVIDIA's account: Nodes read cluster-wide; its own pod and NFD's NodeFeature objects (the
+# NodeFeature API, how NFD learns its labels when its local source is off) in the namespace.
+_PERMISSIONS = Permissions(
+    namespace_rules=(
+        {
+            "apiGroups": ["nfd.k8s-sigs.io"],
+            "resources": ["nodefeatures"],
+            "verbs": ["get", "list", "watch", "create", "update"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+    ),
+    cluster_rules=({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},),
+)
+_ENV = (
+    {"name": "GFD_SLEEP_INTERVAL", "value": "60s"},
+    {"name": "GFD_FAIL_ON_INIT_ERROR", "value": "true"},
+    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+)
+
+
+def render_gfd(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any]]:
+    """GPU feature discovery's account and DaemonSet (nothing when disabled): the env NVIDIA's
+    operator gives its image (the MIG strategy as the device plugin gets it), started once the
+    validator's toolkit check passed."""
+    gfd = policy.spec.gfd
+    if not gfd.enabled:
+        return []
+    ds = daemonset_context(
+        policy,
+        facts,
+        COMPONENT,
+        gfd,
+        f"gpuctrl-{COMPONENT}",
+        deploy_label="nvidia.com/gpu.deploy.gpu-feature-discovery",
+        image_env=_ENV + tuple({"name": k, "value": v} for k, v in mig_env(policy).items()),
+    )
+    objects = account_objects(policy, facts, COMPONENT, _PERMISSIONS)
+    return objects + render_template(
+        "gfd.yaml.j2",
+        ds=ds,
+        runtime_class=policy.spec.operator.runtime_class,
+        host_network=gfd.host_network,
+        gate_image=image_reference(policy.spec.validator),
+        status_dir=VALIDATOR_STATUS_DIR,
+        features_dir=FEATURES_DIR,
+    )
