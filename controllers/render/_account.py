@@ -10,11 +10,13 @@ from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
 from controllers.render._meta import metadata
 
-__all__ = ["NODE_EVENTS_NAMESPACE", "Permissions", "account_objects"]
+__all__ = ["NODE_EVENTS_NAMESPACE", "READ_NODES", "Permissions", "account_objects"]
 
 NODE_EVENTS_NAMESPACE = "default"
 """Where Events about Nodes live, as the kubelet's own do: besides the operand namespace, the
 one namespace a component's Role may be in (so the controllers watch Roles there too)."""
+READ_NODES = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+"""Read access to Nodes, which NVIDIA's manifests grant the device plugin and GFD."""
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from api.v1alpha1 import (
     image_reference,
     wire,
 )
-from controllers.render._account import Permissions, account_objects
+from controllers.render._account import READ_NODES, Permissions, account_objects
 from controllers.render._engine import render_template
 from controllers.render._errors import MissingConfigMap, RenderError
 from controllers.render._facts import ClusterFacts
@@ -60,9 +60,7 @@ WORKLOADS_CONFIG_MAP = "gpuctrl-validator-workloads"
 WORKLOAD_TEMPLATE_KEYS = ("cuda.yaml", "plugin.yaml")
 _CHECKS = ("driver", "toolkit", "cuda", "plugin")
 _WORKLOAD_CHECKS = ("cuda", "plugin")  # the checks that create workload pods
-# The device plugin keeps read access to Nodes, as NVIDIA's own manifests grant it.
-_READ_NODES = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
-_DEVICE_PLUGIN_PERMISSIONS = Permissions(cluster_rules=(_READ_NODES,))
+_DEVICE_PLUGIN_PERMISSIONS = Permissions(cluster_rules=(READ_NODES,))
 # The toolkit agent never calls the API: its account has no rules, its pod no token.
 _TOOLKIT_PERMISSIONS = Permissions()
 # What `gpuctrl validate cuda|plugin` calls: its workload pods, their logs, the templates'

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from api.v1alpha1 import ClusterPolicy, image_reference
-from controllers.render._account import Permissions, account_objects
+from controllers.render._account import READ_NODES, Permissions, account_objects
 from controllers.render._agents import VALIDATOR_STATUS_DIR, mig_env
 from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
@@ -28,7 +28,7 @@ _PERMISSIONS = Permissions(
         },
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
     ),
-    cluster_rules=({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},),
+    cluster_rules=(READ_NODES,),
 )
 _ENV = (
     {"name": "GFD_SLEEP_INTERVAL", "value": "60s"},

@@ -5,9 +5,9 @@ has in ContainerCreating (with its environment, mounts and ServiceAccount from `
 and returns the simulation with it running, or with CreateContainerConfigError when it cannot
 start. What happens afterwards arrives on `events` as `ProcessEvent`s (an exit, a startup or
 readiness probe's verdict) for the kubelet's pod runner to `apply`. Exec probes run inside the
-container, timed as `_probe` says; a container whose startup probe fails its failure
-threshold is killed. A probe of another kind (HTTP, TCP) passes. `stop` terminates them as a kubelet
-does on pod deletion and once a pod is finished (sidecars last, in reverse order), `kill` as a
+container, timed as `_probe` says; a container whose startup probe fails its failure threshold
+is killed. A probe of another kind (HTTP, TCP) passes. `stop` terminates them as a kubelet does
+on pod deletion and once a pod is finished (sidecars last, in reverse order), `kill` as a
 power cut.
 """
 
@@ -251,7 +251,7 @@ def image_mounts(folder: Path) -> list[Mount]:
     `folder` in the sandbox: ``<folder>/usr/bin/x`` at ``/usr/bin/x``."""
     mounts = []
     for directory, _folders, files in os.walk(folder):
-        for name in sorted(files):
+        for name in files:
             source = Path(directory, name)
             target = "/" + source.relative_to(folder).as_posix()
             mounts.append(Mount(str(source), target, read_only=True))

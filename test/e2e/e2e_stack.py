@@ -21,6 +21,7 @@ import yaml
 from api.crdgen import crd_files
 from gpuctrl.runtime import Client, NotFound, Resource, new_api_client
 from gpuctrl.testing import ControlPlane, eventually
+from gpuctrl.validator import DEFAULT_OUTPUT_DIR
 
 GPUCTRL = str(Path(sys.executable).with_name("gpuctrl"))
 CRDS = Resource(
@@ -147,6 +148,9 @@ async def running_webhook(
 
 # The stories' shared checks (node-local repository, day 2).
 NODES = Resource("v1", "Node", "nodes", False)
+NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
+STATUS_DIR = str(DEFAULT_OUTPUT_DIR).lstrip("/")
+"""NVIDIA's status folder, as a path under a node's folder."""
 CONFIG_MAPS = Resource("v1", "ConfigMap", "configmaps")
 
 

@@ -38,8 +38,10 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from e2e_stack import (
+    NAMESPACES,
     PODS,
     POLICIES,
+    STATUS_DIR,
     conditions,
     is_ready,
     operator_cluster,
@@ -59,16 +61,13 @@ from gpuctrl.testing import (
     seed_gpu_host,
     simulated_gpu_nodes,
 )
-from gpuctrl.validator import DEFAULT_OUTPUT_DIR
 
 pytestmark = pytest.mark.slow
 
 NAMESPACE = "gpuctrl"
-NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
 EVENTS = Resource("v1", "Event", "events")
 WORKLOADS = "app.kubernetes.io/component=validator-workloads"
 VALIDATORS = "app.kubernetes.io/component=validator"
-STATUS_DIR = str(DEFAULT_OUTPUT_DIR).lstrip("/")  # under a node's folder
 CHECKS = ("driver", "toolkit", "cuda", "plugin")
 OPT_OUT = "sidecar.istio.io/inject"
 RESOURCES = {"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}

@@ -31,15 +31,17 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from e2e_stack import (
+    NAMESPACES,
     PODS,
     POLICIES,
+    STATUS_DIR,
     conditions,
     operator_cluster,
     policy_ready,
     running_manager,
 )
 
-from gpuctrl.runtime import Client, Resource
+from gpuctrl.runtime import Client
 from gpuctrl.testing import (
     FAKE_NVIDIA_SMI,
     ContainerBehavior,
@@ -49,14 +51,11 @@ from gpuctrl.testing import (
     seed_gpu_host,
     simulated_gpu_nodes,
 )
-from gpuctrl.validator import DEFAULT_OUTPUT_DIR
 
 pytestmark = pytest.mark.slow
 
 NAMESPACE = "gpuctrl"
-NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
 LOAD_SECONDS = 20  # the driver container's module build and load
-STATUS_DIR = str(DEFAULT_OUTPUT_DIR).lstrip("/")  # under a node's folder
 DRIVER, TOOLKIT, PLUGIN, VALIDATOR = (
     "nvidia-driver-ctr",
     "toolkit",
