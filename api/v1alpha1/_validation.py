@@ -166,6 +166,7 @@ def _components(policy: ClusterPolicy) -> list[tuple[str, Component]]:
         ("toolkit", spec.toolkit),
         ("validator", spec.validator),
         ("devicePlugin", spec.device_plugin),
+        ("gfd", spec.gfd),
     ]
 
 

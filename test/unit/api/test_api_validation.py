@@ -61,6 +61,11 @@ INVALID = [
         "image-tag",
     ),
     (
+        _spec(gfd={"version": "v1:2"}),
+        "spec.gfd.version: 'nvcr.io/nvidia/k8s-device-plugin:v1:2' is not",
+        "gfd-image-tag",
+    ),
+    (
         _spec(validator={"workloads": {"image": "registry/UPPER:tag"}}),
         "spec.validator.workloads.image: 'registry/UPPER:tag' is not a well-formed",
         "workload-image",
