@@ -160,14 +160,12 @@ def _refused_keys(path: str, values: Mapping[str, str]) -> Iterator[Problem]:
 
 
 def _components(policy: ClusterPolicy) -> list[tuple[str, Component]]:
+    # Every operand section of the spec by wire name, so a new section is never left unchecked.
     spec = policy.spec
-    return [
-        ("driver", spec.driver),
-        ("toolkit", spec.toolkit),
-        ("validator", spec.validator),
-        ("devicePlugin", spec.device_plugin),
-        ("gfd", spec.gfd),
-    ]
+    sections = (
+        (info.alias or name, getattr(spec, name)) for name, info in type(spec).model_fields.items()
+    )
+    return [(field, section) for field, section in sections if isinstance(section, Component)]
 
 
 def _image(path: str, component: Component | Image, suffix: str = "") -> Iterator[Problem]:

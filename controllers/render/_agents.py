@@ -40,7 +40,7 @@ from api.v1alpha1 import (
 )
 from controllers.render._account import READ_NODES, Permissions, account_objects
 from controllers.render._engine import render_template
-from controllers.render._errors import MissingConfigMap, RenderError
+from controllers.render._errors import RenderError
 from controllers.render._facts import ClusterFacts
 from controllers.render._meta import daemonset_context, env, metadata
 
@@ -403,13 +403,11 @@ def _check_env(check: str, workloads: ValidatorWorkloads) -> tuple[dict[str, Any
 
 
 def _check_user_templates(policy: ClusterPolicy, facts: ClusterFacts) -> None:
-    name = policy.spec.validator.workloads.config_map_name
-    if name is None:
-        return
     path = "spec.validator.workloads.configMapName"
-    found = facts.config_map(name)
+    found = facts.named_config_map(path, policy.spec.validator.workloads.config_map_name)
     if found is None:
-        raise MissingConfigMap(path, name, facts.namespace)
+        return
+    name = found.name
     missing = [key for key in WORKLOAD_TEMPLATE_KEYS if key not in found.data]
     if missing:
         raise RenderError(f"{path}: ConfigMap {name!r} lacks the key(s) {', '.join(missing)}")

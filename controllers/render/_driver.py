@@ -13,15 +13,13 @@ template rolls the pods when they change.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from typing import Any
 
 from api.v1alpha1 import ClusterPolicy, image_reference
 from controllers.render._account import Permissions, account_objects
 from controllers.render._engine import render_template
-from controllers.render._errors import MissingConfigMap, RenderError
+from controllers.render._errors import RenderError
 from controllers.render._facts import (
     OS_ID_LABEL,
     OS_VERSION_LABEL,
@@ -29,18 +27,22 @@ from controllers.render._facts import (
     ConfigMapFacts,
     OsRelease,
 )
-from controllers.render._meta import NODE_NAME_ENV, daemonset_context, env_over
+from controllers.render._meta import (
+    CONFIG_HASH,
+    NODE_NAME_ENV,
+    config_hash,
+    daemonset_context,
+    env_over,
+)
 from controllers.render._osfamily import OsFamily, family_of, unknown_os_message
 from controllers.render._readers import used_folders
 
 __all__ = [
-    "CONFIG_HASH",
     "nodes_without_driver",
     "render_driver",
 ]
 
 COMPONENT = "driver"
-CONFIG_HASH = "gpuctrl.io/config-hash"
 # The driver container's startup probe (a shell script, as NVIDIA's): the module is loaded and
 # nvidia-smi answers; then the driver container's ready mark is written whole (renamed into
 # place), holding the optional components' switches as NVIDIA's validator reads them (YAML).
@@ -84,8 +86,10 @@ def render_driver(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, 
     """The driver's account and one DaemonSet per OS found among GPU nodes (none without)."""
     if not policy.spec.driver.enabled:
         return []
-    repo = _config_map(facts, "spec.driver.repoConfig.configMapName", _repo_name(policy))
-    certs = _config_map(facts, "spec.driver.certConfig.name", policy.spec.driver.cert_config.name)
+    repo = facts.named_config_map("spec.driver.repoConfig.configMapName", _repo_name(policy))
+    certs = facts.named_config_map(
+        "spec.driver.certConfig.name", policy.spec.driver.cert_config.name
+    )
     objects = account_objects(policy, facts, COMPONENT, _PERMISSIONS)
     for os in _operating_systems(facts):
         objects += _daemonset(policy, facts, os, repo, certs)
@@ -106,15 +110,6 @@ def nodes_without_driver(policy: ClusterPolicy, facts: ClusterFacts) -> list[str
 
 def _repo_name(policy: ClusterPolicy) -> str | None:
     return policy.spec.driver.repo_config.config_map_name
-
-
-def _config_map(facts: ClusterFacts, path: str, name: str | None) -> ConfigMapFacts | None:
-    if name is None:
-        return None
-    found = facts.config_map(name)
-    if found is None:
-        raise MissingConfigMap(path, name, facts.namespace)
-    return found
 
 
 def _operating_systems(facts: ClusterFacts) -> list[OsRelease]:
@@ -158,7 +153,7 @@ def _daemonset(
         deploy_label="nvidia.com/gpu.deploy.driver",
         node_selector={OS_ID_LABEL: os.id, OS_VERSION_LABEL: os.version_id},
         image_env=_DRIVER_ENV,
-        pod_annotations={CONFIG_HASH: _content_hash(hashed)} if hashed else None,
+        pod_annotations={CONFIG_HASH: config_hash(hashed)} if hashed else None,
         image=image_reference(driver, f"-{os.tag}"),
         on_delete=True,
     )
@@ -207,8 +202,3 @@ def _add_config_map(
 
 def _daemonset_name(os: OsRelease) -> str:
     return "gpuctrl-driver-" + re.sub(r"[^a-z0-9.-]", "-", os.tag.lower()).strip("-.")
-
-
-def _content_hash(config_maps: list[ConfigMapFacts]) -> str:
-    content = {c.name: dict(c.data) for c in config_maps}
-    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()

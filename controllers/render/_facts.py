@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from controllers.render._errors import MissingConfigMap
+
 __all__ = ["ClusterFacts", "ConfigMapFacts", "NodeFacts", "OsRelease", "is_gpu_node"]
 
 # NFD's labels of the node's /etc/os-release.
@@ -98,6 +100,16 @@ class ClusterFacts(_Frozen):
     def config_map(self, name: str) -> ConfigMapFacts | None:
         """The ConfigMap called ``name``, if it was gathered."""
         return next((c for c in self.config_maps if c.name == name), None)
+
+    def named_config_map(self, path: str, name: str | None) -> ConfigMapFacts | None:
+        """The ConfigMap the policy names at ``path`` (None when it names none); raises
+        `MissingConfigMap` when it was not gathered."""
+        if name is None:
+            return None
+        found = self.config_map(name)
+        if found is None:
+            raise MissingConfigMap(path, name, self.namespace)
+        return found
 
     def gpu_nodes(self) -> list[NodeFacts]:
         """The GPU nodes, by name."""
