@@ -58,11 +58,14 @@ _CARRIED = {
     "validator": (*_COMMON, "driver", "toolkit", "cuda", "plugin"),
     "devicePlugin": (*_IMAGE, *_COMMON),
     "gfd": (*_IMAGE, *_COMMON, "hostNetwork"),
+    "dcgm": (*_IMAGE, *_COMMON, "hostNetwork"),
+    "dcgmExporter": (*_IMAGE, *_COMMON, "config", "service", "hostNetwork", "hostPID"),
     "mig": ("strategy",),
     "cdi": ("enabled",),
 }
-# NVIDIA's fields that mean nothing any more: cdi.default ("no longer used", NVIDIA's CRD).
-_NO_OP = {"cdi": ("default",)}
+# NVIDIA's fields that mean nothing any more: cdi.default ("no longer used", NVIDIA's CRD),
+# dcgm.hostPort (deprecated, read by no NVIDIA code: the engine is reached through its Service).
+_NO_OP = {"cdi": ("default",), "dcgm": ("hostPort",)}
 # operator.defaultRuntime values gpuctrl configures.
 _RUNTIMES = ("containerd", "crio")
 # NVIDIA's values that mean "unset" to gpuctrl, by (section, field): operator.defaultRuntime
@@ -130,6 +133,8 @@ IMAGE_SECTIONS: tuple[tuple[str, ...], ...] = (
     ("validator",),
     ("devicePlugin",),
     ("gfd",),
+    ("dcgm",),
+    ("dcgmExporter",),
 )
 # NVIDIA's defaults that mean "nothing set": not reported when left as they are.
 _NVIDIA_DEFAULTS = {
@@ -138,11 +143,16 @@ _NVIDIA_DEFAULTS = {
     ("driver", "licensingConfig", "nlsEnabled"): True,
 }
 _VALIDATOR_CHECK_FIELDS = ("env",)
-_REPO_FIELDS = ("configMapName",)
-_CERT_FIELDS = ("name",)
+# The fields gpuctrl carries of NVIDIA's nested settings, by (section, field).
+_NESTED_FIELDS = {
+    ("driver", "repoConfig"): ("configMapName",),
+    ("driver", "certConfig"): ("name",),
+    ("dcgmExporter", "config"): ("name",),
+    ("dcgmExporter", "service"): ("type", "internalTrafficPolicy"),
+}
 # NVIDIA's sections that are operands (a DaemonSet each); the others are settings.
 OPERANDS = (
-    "dcgm", "dcgmExporter", "migManager", "nodeStatusExporter", "gds", "gdrcopy",
+    "migManager", "nodeStatusExporter", "gds", "gdrcopy",
     "vgpuManager", "vgpuDeviceManager", "vfioManager", "sandboxDevicePlugin", "kataManager",
     "ccManager", "kataSandboxDevicePlugin",
 )  # fmt: skip
@@ -392,9 +402,8 @@ def _section(
             out[key] = _rolling_update(_only(field_value, ("maxUnavailable",), where, dropped))
         elif section == "driver" and key == "upgradePolicy":
             out[key] = _upgrade_policy(field_value or {}, where, dropped)
-        elif section == "driver" and key in ("repoConfig", "certConfig"):
-            kept = _REPO_FIELDS if key == "repoConfig" else _CERT_FIELDS
-            out[key] = _only(field_value or {}, kept, where, dropped)
+        elif (section, key) in _NESTED_FIELDS:
+            out[key] = _only(field_value or {}, _NESTED_FIELDS[section, key], where, dropped)
         else:
             out[key] = field_value
     return out

@@ -20,6 +20,7 @@ __all__ = [
     "ROLES",
     "ROLE_BINDINGS",
     "RUNTIME_CLASSES",
+    "SERVICES",
     "SERVICE_ACCOUNTS",
 ]
 
@@ -30,6 +31,7 @@ NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
 CONFIG_MAPS = Resource("v1", "ConfigMap", "configmaps")
 PODS = Resource("v1", "Pod", "pods")
 SERVICE_ACCOUNTS = Resource("v1", "ServiceAccount", "serviceaccounts")
+SERVICES = Resource("v1", "Service", "services")
 DAEMON_SETS = Resource("apps/v1", "DaemonSet", "daemonsets")
 ROLES = Resource("rbac.authorization.k8s.io/v1", "Role", "roles")
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
@@ -52,6 +54,7 @@ OWNED = {
         CLUSTER_ROLE_BINDINGS,
         DAEMON_SETS,
         CONFIG_MAPS,
+        SERVICES,
         RUNTIME_CLASSES,
     )
 }

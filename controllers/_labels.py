@@ -31,6 +31,8 @@ DEPLOY_LABELS = {
     "validator": "nvidia.com/gpu.deploy.operator-validator",
     "device-plugin": "nvidia.com/gpu.deploy.device-plugin",
     "gpu-feature-discovery": "nvidia.com/gpu.deploy.gpu-feature-discovery",
+    "dcgm": "nvidia.com/gpu.deploy.dcgm",
+    "dcgm-exporter": "nvidia.com/gpu.deploy.dcgm-exporter",
 }
 """Each gpuctrl component's deploy label (NVIDIA's names, which its DaemonSet selects)."""
 READ_LABELS = (

@@ -5,6 +5,8 @@ aggregates (each ``condition``). Adding an operand is its module and one entry h
 from __future__ import annotations
 
 from controllers._operand import Operand
+from controllers.dcgm import DCGM
+from controllers.dcgmexporter import DCGM_EXPORTER
 from controllers.deviceplugin import DEVICE_PLUGIN
 from controllers.driver import DRIVER
 from controllers.gfd import GFD
@@ -13,4 +15,12 @@ from controllers.validator import VALIDATOR
 
 __all__ = ["OPERANDS"]
 
-OPERANDS: tuple[Operand, ...] = (DRIVER, TOOLKIT, VALIDATOR, DEVICE_PLUGIN, GFD)
+OPERANDS: tuple[Operand, ...] = (
+    DRIVER,
+    TOOLKIT,
+    VALIDATOR,
+    DEVICE_PLUGIN,
+    GFD,
+    DCGM,
+    DCGM_EXPORTER,
+)

@@ -16,6 +16,12 @@ from api.v1alpha1._cdi import CDISpec
 from api.v1alpha1._clusterpolicy import ClusterPolicy, ClusterPolicySpec, honoured_policy
 from api.v1alpha1._component import Component, Image, image_reference
 from api.v1alpha1._daemonsets import ContainerRuntime, DaemonsetsSpec, OperatorSpec, RollingUpdate
+from api.v1alpha1._dcgm import (
+    DCGMExporterMetricsConfig,
+    DCGMExporterServiceConfig,
+    DCGMExporterSpec,
+    DCGMSpec,
+)
 from api.v1alpha1._deviceplugin import DevicePluginSpec
 from api.v1alpha1._driver import CertConfig, DriverManagerSpec, DriverSpec, RepoConfig
 from api.v1alpha1._gfd import GFDSpec
@@ -87,6 +93,10 @@ __all__ = [
     "ContainerRuntime",
     "ContainerdDistribution",
     "ContainerdSettings",
+    "DCGMExporterMetricsConfig",
+    "DCGMExporterServiceConfig",
+    "DCGMExporterSpec",
+    "DCGMSpec",
     "DaemonsetsSpec",
     "DevicePluginSpec",
     "DrainSpec",

@@ -11,6 +11,7 @@ from pydantic import Field
 from api.v1alpha1._base import ApiModel, ApiObject
 from api.v1alpha1._cdi import CDISpec
 from api.v1alpha1._daemonsets import DaemonsetsSpec, OperatorSpec
+from api.v1alpha1._dcgm import DCGMExporterSpec, DCGMSpec
 from api.v1alpha1._deviceplugin import DevicePluginSpec
 from api.v1alpha1._driver import DriverSpec
 from api.v1alpha1._gfd import GFDSpec
@@ -40,6 +41,10 @@ class ClusterPolicySpec(ApiModel):
         default_factory=DevicePluginSpec, description="NVIDIA's device plugin."
     )
     gfd: GFDSpec = Field(default_factory=GFDSpec, description="NVIDIA's GPU feature discovery.")
+    dcgm: DCGMSpec = Field(default_factory=DCGMSpec, description="NVIDIA's DCGM host engine.")
+    dcgm_exporter: DCGMExporterSpec = Field(
+        default_factory=DCGMExporterSpec, description="NVIDIA's DCGM exporter."
+    )
     mig: MIGSpec = Field(default_factory=MIGSpec, description="How MIG devices are advertised.")
     cdi: CDISpec = Field(
         default_factory=CDISpec, description="How GPUs reach containers: CDI or the legacy path."

@@ -39,6 +39,8 @@ TargetComponent = Literal[
     "validator",
     "device-plugin",
     "gpu-feature-discovery",
+    "dcgm",
+    "dcgm-exporter",
 ]
 
 

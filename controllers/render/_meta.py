@@ -16,6 +16,7 @@ __all__ = [
     "CONFIG_HASH",
     "MANAGED_BY",
     "NODE_NAME_ENV",
+    "SELECTOR",
     "DaemonSetContext",
     "config_hash",
     "daemonset_context",
@@ -27,6 +28,7 @@ __all__ = [
 MANAGED_BY = "app.kubernetes.io/managed-by"
 COMPONENT = "app.kubernetes.io/component"
 SELECTOR = "app"
+"""The pod label an operand's DaemonSet (and Service) selects, valued with the DaemonSet's name."""
 CONFIG_HASH = "gpuctrl.io/config-hash"
 """The pod template annotation holding `config_hash` of the ConfigMaps its pods read: a change
 of their content rolls the pods."""

@@ -15,6 +15,7 @@ from controllers.render._agents import (
     render_validator,
     runtime_handler,
 )
+from controllers.render._dcgm import render_dcgm, render_dcgm_exporter
 from controllers.render._driver import render_driver
 from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
@@ -67,7 +68,15 @@ def _validator(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any
     return render_validator(policy, facts, builtin_workload_templates())
 
 
-COMPONENTS = ("driver", "toolkit", "validator", "device-plugin", "gpu-feature-discovery")
+COMPONENTS = (
+    "driver",
+    "toolkit",
+    "validator",
+    "device-plugin",
+    "gpu-feature-discovery",
+    "dcgm",
+    "dcgm-exporter",
+)
 """The operands, each one controller's: the ``app.kubernetes.io/component`` label values."""
 # What render yields, in order, and whose it is (the RuntimeClass is the toolkit's).
 _PARTS: tuple[tuple[str, Callable[[ClusterPolicy, ClusterFacts], list[dict[str, Any]]]], ...] = (
@@ -76,5 +85,7 @@ _PARTS: tuple[tuple[str, Callable[[ClusterPolicy, ClusterFacts], list[dict[str, 
     ("validator", _validator),
     ("device-plugin", render_device_plugin),
     ("gpu-feature-discovery", render_gfd),
+    ("dcgm", render_dcgm),
+    ("dcgm-exporter", render_dcgm_exporter),
     ("toolkit", _runtime_class),
 )

@@ -26,6 +26,7 @@ async def create(api: ApiClient, obj: dict[str, Any], *, dry_run: bool = True) -
     namespaced = {
         "ServiceAccount": core.create_namespaced_service_account,
         "ConfigMap": core.create_namespaced_config_map,
+        "Service": core.create_namespaced_service,
         "DaemonSet": apps.create_namespaced_daemon_set,
         "Role": rbac.create_namespaced_role,
         "RoleBinding": rbac.create_namespaced_role_binding,

@@ -153,6 +153,26 @@ policies = st.fixed_dictionaries(
             env,
         ).map(lambda t: {**t[0], "workloads": t[1], "cuda": {"env": t[2]}}),
         "devicePlugin": image_parts,
+        "dcgm": st.tuples(image_parts, st.booleans()).map(lambda t: {**t[0], "hostNetwork": t[1]}),
+        "dcgmExporter": st.tuples(
+            image_parts,
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "type": st.sampled_from(["ClusterIP", "NodePort", "LoadBalancer"]),
+                    "internalTrafficPolicy": st.sampled_from(["Local", "Cluster"]),
+                },
+            ),
+            st.booleans(),
+            st.booleans(),
+        ).map(
+            lambda t: {
+                **t[0],
+                "service": t[1],
+                "hostPID": t[2],
+                **({"config": {"name": "metrics"}} if t[3] else {}),
+            }
+        ),
     },
 )
 
@@ -161,6 +181,7 @@ def _facts(namespace: str) -> ClusterFacts:
     config_maps = (
         ConfigMapFacts(name="repo", data={"local.list": "deb [trusted=yes] file:///opt/x ./"}),
         ConfigMapFacts(name="certs", data={"site-ca.crt": "-----BEGIN CERTIFICATE-----"}),
+        ConfigMapFacts(name="metrics", data={"dcgm-metrics.csv": "DCGM_FI_DEV_GPU_TEMP, gauge, t"}),
     )
     return ClusterFacts(namespace=namespace, nodes=NODES, config_maps=config_maps)
 

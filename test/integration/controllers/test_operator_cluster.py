@@ -43,6 +43,7 @@ AGENTS = {
     "gpuctrl-validator",
     "gpuctrl-device-plugin",
     "gpuctrl-gpu-feature-discovery",
+    "gpuctrl-dcgm-exporter",
 }
 PODS = Resource("v1", "Pod", "pods")
 SERVICE_ACCOUNTS = Resource("v1", "ServiceAccount", "serviceaccounts")
@@ -68,6 +69,7 @@ DEPLOY = {
         "operator-validator",
         "device-plugin",
         "gpu-feature-discovery",
+        "dcgm-exporter",
     )
 }
 
@@ -142,6 +144,8 @@ async def test_mixed_os_cluster_converges(
             "ValidatorReady",
             "DevicePluginReady",
             "GFDReady",
+            "DCGMReady",
+            "DCGMExporterReady",
             "DriverUpgrade",
             "Ready",
         ),
@@ -289,6 +293,7 @@ async def test_node_of_a_new_os_gets_its_driver_and_loses_it_when_removed(
     [
         ("devicePlugin", "device-plugin", "DevicePluginReady"),
         ("gfd", "gpu-feature-discovery", "GFDReady"),
+        ("dcgmExporter", "dcgm-exporter", "DCGMExporterReady"),
     ],
 )
 async def test_disabled_operand_is_removed_with_its_labels_and_comes_back(
@@ -311,6 +316,87 @@ async def test_disabled_operand_is_removed_with_its_labels_and_comes_back(
     assert conditions(status)[condition]["reason"] == "Reconciled"
     assert status["readyNodes"] == "4/4"  # its pods are counted again
     assert len(await client.list(NODES, label_selector=f"{label}=true")) == 4
+
+
+SERVICES = Resource("v1", "Service", "services")
+METRICS = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
+
+
+async def exporter_env(client: Client) -> dict[str, str]:
+    """The env of the DCGM exporter's container, as its DaemonSet has it."""
+    ds = (await daemonsets(client, NAMESPACE))["gpuctrl-dcgm-exporter"]
+    [container] = ds["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+async def test_the_standalone_dcgm_runs_behind_a_node_local_service_for_the_exporter(
+    operator: Running, client: Client
+) -> None:
+    label = "nvidia.com/gpu.deploy.dcgm"
+    assert "DCGM_REMOTE_HOSTENGINE_INFO" not in await exporter_env(client)  # off by default
+    await patch_policy(client, {"dcgm": {"enabled": True}})
+    status = await converged(client)
+    found = conditions(status)["DCGMReady"]
+    assert (found["reason"], found["message"]) == ("Reconciled", "dcgm: 4/4 nodes ready")
+    assert "gpuctrl-dcgm" in await daemonsets(client, NAMESPACE)
+    service = await client.get(SERVICES, "gpuctrl-dcgm", NAMESPACE)
+    assert service["spec"]["internalTrafficPolicy"] == "Local"
+    assert service["spec"]["ports"][0]["port"] == 5555
+    assert (await exporter_env(client))["DCGM_REMOTE_HOSTENGINE_INFO"] == "gpuctrl-dcgm:5555"
+    assert len(await client.list(NODES, label_selector=f"{label}=true")) == 4
+    exporter = await client.get(SERVICES, "gpuctrl-dcgm-exporter", NAMESPACE)
+    assert exporter["spec"]["internalTrafficPolicy"] == "Local"
+    await patch_policy(client, {"dcgm": None})
+
+    async def removed() -> None:
+        assert "gpuctrl-dcgm" not in await daemonsets(client, NAMESPACE)
+        services = await client.list(SERVICES, NAMESPACE)
+        assert "gpuctrl-dcgm" not in {s["metadata"]["name"] for s in services}
+        assert await client.list(NODES, label_selector=label) == []
+        assert "DCGM_REMOTE_HOSTENGINE_INFO" not in await exporter_env(client)
+
+    await eventually(removed, within=30)
+    await converged(client)
+
+
+async def test_custom_metrics_roll_the_exporter_and_a_bad_edit_keeps_the_last_good_file(
+    operator: Running, client: Client
+) -> None:
+    user = {"metadata": {"name": "my-metrics", "namespace": NAMESPACE}}
+    await client.create(CONFIG_MAPS, {**user, "data": {"dcgm-metrics.csv": METRICS}})
+    await patch_policy(client, {"dcgmExporter": {"config": {"name": "my-metrics"}}})
+    await converged(client)
+    copy = await client.get(CONFIG_MAPS, "gpuctrl-dcgm-exporter-metrics", NAMESPACE)
+    assert copy["data"] == {"dcgm-metrics.csv": METRICS}
+    env = await exporter_env(client)
+    assert env["DCGM_EXPORTER_COLLECTORS"] == "/etc/dcgm-exporter/dcgm-metrics.csv"
+    ds = (await daemonsets(client, NAMESPACE))["gpuctrl-dcgm-exporter"]
+    good = ds["spec"]["template"]["metadata"]["annotations"]["gpuctrl.io/config-hash"]
+    bad = METRICS + "DCGM_FI_DEV_POWER_USAGE, gauges, power\n"
+    await client.merge_patch(
+        CONFIG_MAPS, "my-metrics", {"data": {"dcgm-metrics.csv": bad}}, NAMESPACE
+    )
+
+    async def refused() -> None:
+        found = conditions(await status_of(client, POLICY))["DCGMExporterReady"]
+        assert (found["status"], found["reason"]) == ("False", "InvalidSpec")
+        assert "line 2: 'gauges' is not a metric type" in found["message"]
+
+    await eventually(refused, within=30)
+    copy = await client.get(CONFIG_MAPS, "gpuctrl-dcgm-exporter-metrics", NAMESPACE)
+    assert copy["data"] == {"dcgm-metrics.csv": METRICS}  # the last good file, for every pod
+    ds = (await daemonsets(client, NAMESPACE))["gpuctrl-dcgm-exporter"]
+    assert ds["spec"]["template"]["metadata"]["annotations"]["gpuctrl.io/config-hash"] == good
+    await patch_policy(client, {"dcgmExporter": {"config": None}})
+    await converged(client)
+    with pytest.raises(NotFound):
+        await client.get(CONFIG_MAPS, "gpuctrl-dcgm-exporter-metrics", NAMESPACE)
+    assert "my-metrics" in {
+        c["metadata"]["name"] for c in await client.list(CONFIG_MAPS, NAMESPACE)
+    }
+    await client.delete(CONFIG_MAPS, "my-metrics", NAMESPACE)
+    env = await exporter_env(client)
+    assert env["DCGM_EXPORTER_COLLECTORS"] == "/etc/dcgm-exporter/dcp-metrics-included.csv"
 
 
 async def test_a_second_policy_is_ignored(operator: Running, client: Client) -> None:

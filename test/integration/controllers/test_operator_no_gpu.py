@@ -29,6 +29,7 @@ CONTROLLER_CONDITIONS = (
     "ValidatorReady",
     "DevicePluginReady",
     "GFDReady",
+    "DCGMExporterReady",
 )
 
 

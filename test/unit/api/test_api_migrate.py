@@ -76,7 +76,14 @@ def test_conversion_carries_shared_fields_and_lists_the_rest() -> None:
     upgrade = spec.driver.upgrade_policy
     assert (upgrade.auto_upgrade, upgrade.max_parallel_upgrades) == (True, 1)
     assert upgrade.gpu_pod_deletion.timeout_seconds == 300  # NVIDIA's CR calls it podDeletion
-    assert "spec.dcgmExporter" in migration.lacking  # an operand, named apart from settings
+    assert "spec.migManager" in migration.lacking  # an operand, named apart from settings
+    exporter = spec.dcgm_exporter
+    assert (exporter.enabled, exporter.image, exporter.version) == (
+        True,
+        "dcgm-exporter",
+        "3.3.9-3.6.1-ubuntu22.04",
+    )
+    assert spec.dcgm.enabled is False
     # NVIDIA's defaults that set nothing (hostPaths /, nlsEnabled without a licence) lose nothing.
     assert not {"spec.hostPaths", "spec.driver.licensingConfig"} & lost
     assert "spec.driver.repoConfig" not in lost
@@ -99,7 +106,7 @@ def test_cli_prints_policy_and_lost_fields(capsys: pytest.CaptureFixture[str]) -
     # NVIDIA quotes the number; the CRD's int-or-string takes a number or a percentage.
     assert converted["spec"]["daemonsets"]["rollingUpdate"] == {"maxUnavailable": 1}
     assert "operands gpuctrl lacks: " in err
-    assert "spec.dcgmExporter" in err.split("operands gpuctrl lacks: ", 1)[1]
+    assert "spec.migManager" in err.split("operands gpuctrl lacks: ", 1)[1]
 
 
 def test_cli_exit_2_on_wrong_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -56,9 +56,14 @@ def converge(cluster: HandFilledCache, writes: Writes, *, ready: bool) -> None:
     writes.applied.clear()
 
 
+# Operands off by default (NVIDIA's DCGM host engine) turned on, so each has objects.
+EVERY_OPERAND_ENABLED = {"dcgm": {"enabled": True}}
+
+
 @pytest.fixture
 def two_nodes(cluster: HandFilledCache) -> HandFilledCache:
-    cluster.put(cluster_policy(), gpu_node("gpu-a"), gpu_node("gpu-b", version="24.04"))
+    policy = cluster_policy(EVERY_OPERAND_ENABLED)
+    cluster.put(policy, gpu_node("gpu-a"), gpu_node("gpu-b", version="24.04"))
     return cluster
 
 

@@ -76,7 +76,9 @@ async def test_the_labeller_writes_nothing_without_a_valid_honoured_policy(
 
 
 def labelled(name: str) -> dict[str, Any]:
-    labels = {GPU_PRESENT: "true", **dict.fromkeys(DEPLOY_LABELS.values(), "true")}
+    """A GPU node with the deploy labels of the default policy's operands."""
+    enabled = enabled_components(load_cluster_policy({}))
+    labels = {GPU_PRESENT: "true", **{DEPLOY_LABELS[c]: "true" for c in enabled}}
     return gpu_node(name, **labels)
 
 

@@ -222,7 +222,7 @@ def test_components_partition_the_render() -> None:
         "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
     }
     facts = ClusterFacts(nodes=(NodeFacts(name="n", labels={NFD: "true", **os_labels}),))
-    policy = load_cluster_policy({"spec": {}})
+    policy = load_cluster_policy({"spec": {"dcgm": {"enabled": True}}})  # every operand on
     parts = {c: render_component(c, policy, facts) for c in COMPONENTS}
     for component, objects in parts.items():
         assert objects
@@ -234,4 +234,4 @@ def test_components_partition_the_render() -> None:
         key(o) for objects in parts.values() for o in objects
     )
     with pytest.raises(ValueError, match="unknown component"):
-        render_component("dcgm", policy, facts)
+        render_component("not-a-component", policy, facts)

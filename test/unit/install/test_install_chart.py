@@ -159,6 +159,7 @@ def test_nvidias_values_report_what_gpuctrl_ignores() -> None:
     values = yaml.safe_load((DATA / "nvidia" / "gpu-operator-values.yaml").read_text())
     ignored = re.findall(r"^  (\S+)$", notes(values), flags=re.MULTILINE)
     assert ignored == [
+        "dcgmExporter.serviceMonitor",
         "devicePlugin.config",
         "devicePlugin.mps",
         "driver.kernelModuleType",
@@ -174,7 +175,7 @@ def test_nvidias_values_report_what_gpuctrl_ignores() -> None:
     ]
     # NVIDIA's operands enabled by default, named as `gpuctrl migrate` names them.
     assert (
-        "Operands gpuctrl lacks (not deployed): dcgmExporter, migManager, vgpuDeviceManager,"
+        "Operands gpuctrl lacks (not deployed): migManager, vgpuDeviceManager,"
         " vfioManager, sandboxDevicePlugin, ccManager, kataSandboxDevicePlugin"
     ) in notes(values)
     assert "ignored" not in notes({})

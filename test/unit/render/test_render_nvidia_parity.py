@@ -19,10 +19,14 @@ CONTRACT = yaml.safe_load((ROOT / "test" / "data" / "nvidia" / "operand-contract
 PARITY = ROOT / "docs" / "nvidia-parity.md"
 
 
+# The default policy but for the operands off by default (NVIDIA's standalone DCGM), turned on.
+EVERY_OPERAND_ENABLED = {"dcgm": {"enabled": True}}
+
+
 def _containers(operand: str) -> dict[str, dict[str, Any]]:
     """The containers (init ones too) of ``operand``'s DaemonSet in a default render
-    (`render_kit.pod_of`), by name, each with its pod's volumes."""
-    spec = pod_of(operand)
+    (`render_kit.pod_of`) with every operand enabled, by name, each with its pod's volumes."""
+    spec = pod_of(operand, EVERY_OPERAND_ENABLED)
     volumes = {v["name"]: v for v in spec.get("volumes") or ()}
     return {
         c["name"]: {**c, "volumes": volumes}
@@ -102,6 +106,12 @@ def test_the_contract_is_read() -> None:
         for o in CONTRACT.values()
         for c in o.values()
     )
-    assert set(CONTRACT) == {"driver", "device-plugin", "gpu-feature-discovery"}
+    assert set(CONTRACT) == {
+        "driver",
+        "device-plugin",
+        "gpu-feature-discovery",
+        "dcgm",
+        "dcgm-exporter",
+    }
     assert items > 40
     assert len(documented()) < items / 4

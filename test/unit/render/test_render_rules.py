@@ -7,6 +7,7 @@ import pytest
 
 from api.v1alpha1 import ClusterPolicy, ValidatorWorkloads, load_cluster_policy
 from controllers.render import (
+    COMPONENTS,
     ClusterFacts,
     ConfigMapFacts,
     MissingConfigMap,
@@ -60,13 +61,7 @@ def test_every_object_carries_managed_by_and_component() -> None:
     for obj in objects:
         labels = obj["metadata"]["labels"]
         assert labels["app.kubernetes.io/managed-by"] == "gpuctrl"
-        assert labels["app.kubernetes.io/component"] in {
-            "driver",
-            "toolkit",
-            "validator",
-            "gpu-feature-discovery",
-            "device-plugin",
-        }
+        assert labels["app.kubernetes.io/component"] in COMPONENTS
     kinds = sorted({o["kind"] for o in objects})
     assert kinds == [
         "ClusterRole",
@@ -76,6 +71,7 @@ def test_every_object_carries_managed_by_and_component() -> None:
         "Role",
         "RoleBinding",
         "RuntimeClass",
+        "Service",
         "ServiceAccount",
     ]
 
@@ -360,6 +356,7 @@ def test_disabled_operands_are_not_rendered() -> None:
         toolkit={"enabled": False},
         devicePlugin={"enabled": False},
         gfd={"enabled": False},
+        dcgmExporter={"enabled": False},
     )
     components = {
         o["metadata"]["labels"]["app.kubernetes.io/component"] for o in render(policy, _facts())
@@ -535,7 +532,14 @@ def test_namespace_comes_from_the_facts() -> None:
             ("RoleBinding", "default"),
         }:
             assert meta["name"] == "gpuctrl-validator"  # Events on Nodes live in "default"
-        elif obj["kind"] in {"ServiceAccount", "Role", "RoleBinding", "DaemonSet", "ConfigMap"}:
+        elif obj["kind"] in {
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "DaemonSet",
+            "ConfigMap",
+            "Service",
+        }:
             assert meta["namespace"] == "gpu-system"
         else:
             assert "namespace" not in meta
