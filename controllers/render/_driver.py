@@ -13,8 +13,6 @@ template rolls the pods when they change.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from typing import Any
 
@@ -29,7 +27,13 @@ from controllers.render._facts import (
     ConfigMapFacts,
     OsRelease,
 )
-from controllers.render._meta import NODE_NAME_ENV, daemonset_context, env_over
+from controllers.render._meta import (
+    CONFIG_HASH,
+    NODE_NAME_ENV,
+    config_hash,
+    daemonset_context,
+    env_over,
+)
 from controllers.render._osfamily import OsFamily, family_of, unknown_os_message
 from controllers.render._readers import used_folders
 
@@ -40,7 +44,6 @@ __all__ = [
 ]
 
 COMPONENT = "driver"
-CONFIG_HASH = "gpuctrl.io/config-hash"
 # The driver container's startup probe (a shell script, as NVIDIA's): the module is loaded and
 # nvidia-smi answers; then the driver container's ready mark is written whole (renamed into
 # place), holding the optional components' switches as NVIDIA's validator reads them (YAML).
@@ -158,7 +161,7 @@ def _daemonset(
         deploy_label="nvidia.com/gpu.deploy.driver",
         node_selector={OS_ID_LABEL: os.id, OS_VERSION_LABEL: os.version_id},
         image_env=_DRIVER_ENV,
-        pod_annotations={CONFIG_HASH: _content_hash(hashed)} if hashed else None,
+        pod_annotations={CONFIG_HASH: config_hash(hashed)} if hashed else None,
         image=image_reference(driver, f"-{os.tag}"),
         on_delete=True,
     )
@@ -207,8 +210,3 @@ def _add_config_map(
 
 def _daemonset_name(os: OsRelease) -> str:
     return "gpuctrl-driver-" + re.sub(r"[^a-z0-9.-]", "-", os.tag.lower()).strip("-.")
-
-
-def _content_hash(config_maps: list[ConfigMapFacts]) -> str:
-    content = {c.name: dict(c.data) for c in config_maps}
-    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from api.v1alpha1 import ClusterPolicy, Component, EnvVar, image_reference, wire
-from controllers.render._facts import ClusterFacts
+from controllers.render._facts import ClusterFacts, ConfigMapFacts
 
 __all__ = [
     "COMPONENT",
+    "CONFIG_HASH",
     "MANAGED_BY",
     "NODE_NAME_ENV",
     "DaemonSetContext",
+    "config_hash",
     "daemonset_context",
     "env",
     "env_over",
@@ -23,6 +27,9 @@ __all__ = [
 MANAGED_BY = "app.kubernetes.io/managed-by"
 COMPONENT = "app.kubernetes.io/component"
 SELECTOR = "app"
+CONFIG_HASH = "gpuctrl.io/config-hash"
+"""Pod template annotation: a hash of the ConfigMap data the pods mount, so a change of the
+data rolls them."""
 
 # The operand's own pod environment: where it runs, filled in by the kubelet.
 NODE_NAME_ENV = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
@@ -59,6 +66,12 @@ def metadata(
     if merged:
         meta["annotations"] = merged
     return meta
+
+
+def config_hash(config_maps: Iterable[ConfigMapFacts]) -> str:
+    """The `CONFIG_HASH` value of ``config_maps``' names and data."""
+    content = {c.name: dict(c.data) for c in config_maps}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
 def env(variables: list[EnvVar], *extra: dict[str, Any]) -> list[dict[str, Any]]:
