@@ -16,7 +16,7 @@ from api.v1alpha1._cdi import CDISpec
 from api.v1alpha1._clusterpolicy import ClusterPolicy, ClusterPolicySpec, honoured_policy
 from api.v1alpha1._component import Component, Image, image_reference
 from api.v1alpha1._daemonsets import ContainerRuntime, DaemonsetsSpec, OperatorSpec, RollingUpdate
-from api.v1alpha1._deviceplugin import DevicePluginSpec
+from api.v1alpha1._deviceplugin import DevicePluginConfig, DevicePluginSpec
 from api.v1alpha1._driver import CertConfig, DriverManagerSpec, DriverSpec, RepoConfig
 from api.v1alpha1._gfd import GFDSpec
 from api.v1alpha1._images import NVIDIA_IMAGES, PinnedImage
@@ -88,6 +88,7 @@ __all__ = [
     "ContainerdDistribution",
     "ContainerdSettings",
     "DaemonsetsSpec",
+    "DevicePluginConfig",
     "DevicePluginSpec",
     "DrainSpec",
     "DriverManagerSpec",
