@@ -202,7 +202,7 @@ async def test_a_refused_config_keeps_the_last_good_one_running(
             assert found[condition]["status"] == "False", found[condition]
             assert found[condition]["reason"] == "InvalidDevicePluginConfig"
             assert where in found[condition]["message"]
-        assert found["Ready"]["status"] == "False"
+        assert found.get("Ready", {}).get("status") == "False", sorted(found)
         return found
 
     await eventually(refused, within=60)
@@ -217,10 +217,8 @@ async def test_a_refused_config_keeps_the_last_good_one_running(
             if e["reason"] == "InvalidDevicePluginConfig" and where in e["message"]
         ]
         assert {e["type"] for e in refusals} == {"Warning"}
-        assert {e["message"].split(":", 1)[0] for e in refusals} == {
-            "DevicePluginReady",
-            "GFDReady",
-        }
+        said = {e["message"].split(":", 1)[0] for e in refusals}
+        assert {"DevicePluginReady", "GFDReady"} <= said, said
 
     await eventually(warned, within=30)
     # the last good configs keep running: the copy, the pod templates and the pods as they were
