@@ -56,7 +56,7 @@ _CARRIED = {
     "driver": (*_IMAGE, *_COMMON, "repoConfig", "certConfig", "manager", "upgradePolicy"),
     "toolkit": (*_IMAGE, *_COMMON, "installDir"),
     "validator": (*_COMMON, "driver", "toolkit", "cuda", "plugin"),
-    "devicePlugin": (*_IMAGE, *_COMMON),
+    "devicePlugin": (*_IMAGE, *_COMMON, "config"),
     "gfd": (*_IMAGE, *_COMMON, "hostNetwork"),
     "dcgm": (*_IMAGE, *_COMMON, "hostNetwork"),
     "dcgmExporter": (*_IMAGE, *_COMMON, "config", "service", "hostNetwork", "hostPID"),
@@ -147,6 +147,7 @@ _VALIDATOR_CHECK_FIELDS = ("env",)
 _NESTED_FIELDS = {
     ("driver", "repoConfig"): ("configMapName",),
     ("driver", "certConfig"): ("name",),
+    ("devicePlugin", "config"): ("name", "default"),
     ("dcgmExporter", "config"): ("name",),
     ("dcgmExporter", "service"): ("type", "internalTrafficPolicy"),
 }
@@ -376,6 +377,16 @@ def _is_set(value: Any) -> bool:
     return value is not False and not (isinstance(value, Mapping) and value.get("enabled") is False)
 
 
+def _plugin_config(value: Mapping[str, Any], path: str, dropped: list[str]) -> dict[str, Any]:
+    """NVIDIA's ``devicePlugin.config``: its ConfigMap and default config; a default without a
+    ConfigMap is nothing to NVIDIA's operator (no config-manager runs), so it is dropped."""
+    out = _only(value, _NESTED_FIELDS["devicePlugin", "config"], path, dropped)
+    if "default" in out and not out.get("name"):
+        dropped.append(f"{path}.default: NVIDIA's operator ignores it without config.name")
+        del out["default"]
+    return out
+
+
 def _section(
     section: str, value: Mapping[str, Any], path: str, dropped: list[str]
 ) -> dict[str, Any]:
@@ -402,6 +413,8 @@ def _section(
             out[key] = _rolling_update(_only(field_value, ("maxUnavailable",), where, dropped))
         elif section == "driver" and key == "upgradePolicy":
             out[key] = _upgrade_policy(field_value or {}, where, dropped)
+        elif section == "devicePlugin" and key == "config":
+            out[key] = _plugin_config(field_value or {}, where, dropped)
         elif (section, key) in _NESTED_FIELDS:
             out[key] = _only(field_value or {}, _NESTED_FIELDS[section, key], where, dropped)
         else:

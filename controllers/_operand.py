@@ -8,8 +8,9 @@ objects no longer rendered that gpuctrl made for the policy (`controllers._reads
 a user's object with the component's labels is never touched), and writes the component's
 condition. Any event of the policy, a Node's labels, a ConfigMap of the operand namespace, or
 the component's own objects triggers it (a DaemonSet's status carries its pods' readiness);
-nothing polls. A policy that does not validate, or a render that fails (a missing ConfigMap),
-leaves every object as it is: the last good state runs on.
+nothing polls. A policy that does not validate, or a render that fails (a missing ConfigMap, a
+refused device plugin config: the condition takes the error's reason), leaves every object as
+it is: the last good state runs on.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from controllers._reads import (
     watches,
 )
 from controllers._status import INVALID_SPEC, PolicyStatus, condition
-from controllers.render import ClusterFacts, MissingConfigMap, RenderError, render_component
+from controllers.render import ClusterFacts, RenderError, render_component
 from gpuctrl.runtime import (
     METRICS_REGISTRY,
     ApiError,
@@ -149,11 +150,8 @@ class OperandReconciler:
         facts = cluster_facts(self._cache, self._namespace)
         try:
             rendered = render_component(self._operand.component, policy.model, facts)
-        except MissingConfigMap as error:
-            await self._condition(policy, False, "MissingConfigMap", str(error))
-            return None
-        except RenderError as error:
-            await self._condition(policy, False, "InvalidSpec", str(error))
+        except RenderError as error:  # its reason: MissingConfigMap, InvalidDevicePluginConfig, ...
+            await self._condition(policy, False, error.reason, str(error))
             return None
         if self._operand.enabled(policy.model) and (
             errors := self._operand.blocked(policy.model, facts)

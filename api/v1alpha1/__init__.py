@@ -22,7 +22,7 @@ from api.v1alpha1._dcgm import (
     DCGMExporterSpec,
     DCGMSpec,
 )
-from api.v1alpha1._deviceplugin import DevicePluginSpec
+from api.v1alpha1._deviceplugin import DevicePluginConfig, DevicePluginSpec
 from api.v1alpha1._driver import CertConfig, DriverManagerSpec, DriverSpec, RepoConfig
 from api.v1alpha1._gfd import GFDSpec
 from api.v1alpha1._images import NVIDIA_IMAGES, PinnedImage
@@ -98,6 +98,7 @@ __all__ = [
     "DCGMExporterSpec",
     "DCGMSpec",
     "DaemonsetsSpec",
+    "DevicePluginConfig",
     "DevicePluginSpec",
     "DrainSpec",
     "DriverManagerSpec",

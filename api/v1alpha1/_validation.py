@@ -98,6 +98,7 @@ def validate(policy: ClusterPolicy) -> list[Problem]:
     checks: list[Iterator[Problem]] = [
         rule_problems(ClusterPolicySpec, wire(spec), "spec"),
         _node_local_paths(policy),
+        _device_plugin_config(policy),
         label_problems("spec.operator.labels", spec.operator.labels),
         annotation_problems("spec.operator.annotations", spec.operator.annotations),
         label_problems("spec.daemonsets.labels", spec.daemonsets.labels),
@@ -182,4 +183,14 @@ def _node_local_paths(policy: ClusterPolicy) -> Iterator[Problem]:
         yield Problem(
             "spec.driver.repoConfig.nodeLocalPaths",
             "requires repoConfig.configMapName: a repository on disk needs a source entry",
+        )
+
+
+def _device_plugin_config(policy: ClusterPolicy) -> Iterator[Problem]:
+    # Reads a sibling field, as _node_local_paths does.
+    config = policy.spec.device_plugin.config
+    if config.default is not None and config.name is None:
+        yield Problem(
+            "spec.devicePlugin.config.default",
+            "requires devicePlugin.config.name: the default names a key of that ConfigMap",
         )

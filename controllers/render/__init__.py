@@ -12,7 +12,7 @@ manager would trip over in the repository and CA ConfigMaps.
 
 from controllers.render._account import NODE_EVENTS_NAMESPACE
 from controllers.render._driver import nodes_without_driver
-from controllers.render._errors import MissingConfigMap, RenderError
+from controllers.render._errors import InvalidDevicePluginConfig, MissingConfigMap, RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts, NodeFacts, OsRelease
 from controllers.render._osfamily import OS_IDS
 from controllers.render._render import (
@@ -29,6 +29,7 @@ __all__ = [
     "OS_IDS",
     "ClusterFacts",
     "ConfigMapFacts",
+    "InvalidDevicePluginConfig",
     "MissingConfigMap",
     "NodeFacts",
     "OsRelease",

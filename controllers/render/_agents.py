@@ -43,6 +43,7 @@ from controllers.render._engine import render_template
 from controllers.render._errors import RenderError
 from controllers.render._facts import ClusterFacts
 from controllers.render._meta import daemonset_context, env, metadata
+from controllers.render._pluginconfig import config_manager
 
 __all__ = [
     "WORKLOADS_CONFIG_MAP",
@@ -443,10 +444,13 @@ def _device_plugin_env(policy: ClusterPolicy) -> tuple[dict[str, str], ...]:
 def render_device_plugin(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any]]:
     """NVIDIA's device plugin's account and DaemonSet (nothing when disabled): the env NVIDIA's
     operator gives its image, started once the validator's toolkit check passed (an init
-    container waits for ``toolkit-ready``) with the driver's roots from ``driver-ready``."""
+    container waits for ``toolkit-ready``) with the driver's roots from ``driver-ready``; with
+    ``devicePlugin.config``, NVIDIA's config-manager and the copy of the accepted configs
+    (raises `RenderError` while they are refused)."""
     plugin = policy.spec.device_plugin
     if not plugin.enabled:
         return []
+    manager = config_manager(policy, facts, "device-plugin", plugin, "nvidia-device-plugin")
     ds = daemonset_context(
         policy,
         facts,
@@ -454,14 +458,20 @@ def render_device_plugin(policy: ClusterPolicy, facts: ClusterFacts) -> list[dic
         plugin,
         "gpuctrl-device-plugin",
         deploy_label="nvidia.com/gpu.deploy.device-plugin",
-        image_env=_device_plugin_env(policy),
+        image_env=_device_plugin_env(policy) + manager.env,
+        pod_annotations=manager.pod_annotations,
     )
     objects = account_objects(policy, facts, "device-plugin", _DEVICE_PLUGIN_PERMISSIONS)
-    return objects + render_template(
-        "device-plugin.yaml.j2",
-        ds=ds,
-        runtime_class=policy.spec.operator.runtime_class,
-        gate_image=image_reference(policy.spec.validator),
-        status_dir=VALIDATOR_STATUS_DIR,
-        host_root=VALIDATOR_HOST_ROOT,
+    return (
+        objects
+        + manager.objects
+        + render_template(
+            "device-plugin.yaml.j2",
+            ds=ds,
+            config_manager=manager,
+            runtime_class=policy.spec.operator.runtime_class,
+            gate_image=image_reference(policy.spec.validator),
+            status_dir=VALIDATOR_STATUS_DIR,
+            host_root=VALIDATOR_HOST_ROOT,
+        )
     )

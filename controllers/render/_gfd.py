@@ -11,6 +11,7 @@ from controllers.render._agents import VALIDATOR_STATUS_DIR, mig_env
 from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
 from controllers.render._meta import daemonset_context
+from controllers.render._pluginconfig import config_manager
 
 __all__ = ["FEATURES_DIR", "render_gfd"]
 
@@ -40,10 +41,13 @@ _ENV = (
 def render_gfd(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any]]:
     """GPU feature discovery's account and DaemonSet (nothing when disabled): the env NVIDIA's
     operator gives its image (the MIG strategy as the device plugin gets it), started once the
-    validator's toolkit check passed."""
+    validator's toolkit check passed; with ``devicePlugin.config``, NVIDIA's config-manager
+    (of the device plugin's image, as NVIDIA's) and the copy of the accepted configs."""
     gfd = policy.spec.gfd
     if not gfd.enabled:
         return []
+    manager = config_manager(policy, facts, COMPONENT, gfd, "gpu-feature-discovery")
+    mig = tuple({"name": k, "value": v} for k, v in mig_env(policy).items())
     ds = daemonset_context(
         policy,
         facts,
@@ -51,15 +55,21 @@ def render_gfd(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any
         gfd,
         f"gpuctrl-{COMPONENT}",
         deploy_label="nvidia.com/gpu.deploy.gpu-feature-discovery",
-        image_env=_ENV + tuple({"name": k, "value": v} for k, v in mig_env(policy).items()),
+        image_env=_ENV + mig + manager.env,
+        pod_annotations=manager.pod_annotations,
     )
     objects = account_objects(policy, facts, COMPONENT, _PERMISSIONS)
-    return objects + render_template(
-        "gfd.yaml.j2",
-        ds=ds,
-        runtime_class=policy.spec.operator.runtime_class,
-        host_network=gfd.host_network,
-        gate_image=image_reference(policy.spec.validator),
-        status_dir=VALIDATOR_STATUS_DIR,
-        features_dir=FEATURES_DIR,
+    return (
+        objects
+        + manager.objects
+        + render_template(
+            "gfd.yaml.j2",
+            ds=ds,
+            config_manager=manager,
+            runtime_class=policy.spec.operator.runtime_class,
+            host_network=gfd.host_network,
+            gate_image=image_reference(policy.spec.validator),
+            status_dir=VALIDATOR_STATUS_DIR,
+            features_dir=FEATURES_DIR,
+        )
     )

@@ -114,8 +114,20 @@ REFUSED = [
         "operator DoesNotExist takes no values",
         id="selector-exists",
     ),
+    pytest.param(
+        _policy({"devicePlugin": {"config": {"name": "plugin-configs", "default": "time sliced"}}}),
+        "spec.devicePlugin.config.default",
+        "'time sliced' is not a ConfigMap key",
+        id="plugin-config-default",
+    ),
 ]
 ACCEPTED = [
+    pytest.param(
+        _policy(
+            {"devicePlugin": {"config": {"name": "plugin-configs", "default": "Time_Sliced.4"}}}
+        ),
+        id="plugin-config",
+    ),
     pytest.param(_local("/opt/local-packages", "/usr/src/repo", "/var/lib/repo"), id="paths"),
     pytest.param(_policy({"driver": {"version": "sha256:" + "a" * 64}}), id="digest"),
     pytest.param(

@@ -431,3 +431,43 @@ def test_nvidia_meaning_is_idempotent(spec: dict[str, Any]) -> None:
     twice = nvidia_meaning(once.spec)
     assert twice.spec == once.spec
     assert twice.notes == []
+
+
+SHARING = Path(__file__).parents[2] / "data" / "nvidia" / "sharing"
+
+
+def test_the_device_plugins_named_configs_are_carried(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["migrate", "-f", str(SHARING / "clusterpolicy-time-slicing.yaml")]) == 0
+    out, err = capsys.readouterr()
+    spec = yaml.safe_load(out)["spec"]
+    assert spec["devicePlugin"]["config"] == {"name": "time-slicing-config", "default": "any"}
+    assert "spec.devicePlugin.mps: not supported by gpuctrl" in err
+    config = load_cluster_policy(yaml.safe_load(out)).spec.device_plugin.config
+    assert (config.name, config.default) == ("time-slicing-config", "any")
+
+
+def test_a_default_without_a_configmap_is_dropped_as_nvidia_ignores_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["migrate", "-f", str(SHARING / "clusterpolicy-default-only.yaml")]) == 0
+    out, err = capsys.readouterr()
+    assert "devicePlugin" not in (yaml.safe_load(out)["spec"] or {})
+    assert (
+        "not carried over: spec.devicePlugin.config.default: NVIDIA's operator ignores it "
+        "without config.name"
+    ) in err
+
+
+def test_a_migrated_policy_renders_with_nvidias_sharing_configmap() -> None:
+    from controllers.render import ClusterFacts, render_component
+
+    nvidia = yaml.safe_load((SHARING / "clusterpolicy-time-slicing.yaml").read_text())
+    policy = load_cluster_policy(from_nvidia(nvidia).policy)
+    config_map = yaml.safe_load((SHARING / "time-slicing-config.yaml").read_text())
+    config_map["metadata"]["namespace"] = "gpuctrl"
+    facts = ClusterFacts.from_objects("gpuctrl", [], [config_map])
+    rendered = render_component("device-plugin", policy, facts)
+    [copy] = [o for o in rendered if o["kind"] == "ConfigMap"]
+    assert copy["data"] == config_map["data"]
