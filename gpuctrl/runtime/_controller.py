@@ -45,6 +45,8 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+_SLICE = 0.002  # seconds a worker may run reconciles that never await before it yields
+
 Reconciler = Callable[[Request], Awaitable[Result | None]]
 """``async def reconcile(request) -> Result | None``; see the contract in `_reconcile`."""
 
@@ -165,6 +167,8 @@ class Controller:
             await asyncio.gather(*workers, return_exceptions=True)
 
     async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        yielded = loop.time()
         while True:
             try:
                 request = await self.queue.get()
@@ -176,9 +180,12 @@ class Controller:
                 await self._reconcile(request)
             finally:
                 self.queue.done(request)
-            # A reconcile that never awaits (a converged, cache-only pass) must not keep the
-            # loop: let watches, Lease renewal and probes run between two keys.
-            await asyncio.sleep(0)
+            # Reconciles that never await (converged, cache-only passes) must not keep the
+            # loop: let watches, Lease renewal and probes run at least every _SLICE seconds
+            # (not after every key: one pass of the loop costs as much as such a reconcile).
+            if loop.time() - yielded >= _SLICE:
+                await asyncio.sleep(0)
+                yielded = loop.time()
 
     async def _reconcile(self, request: Request) -> None:
         """Reconcile one key and apply the contract: the one switch over its outcomes."""
