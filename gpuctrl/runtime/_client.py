@@ -129,19 +129,18 @@ class Client:
 
     async def list_batches(
         self, path: str, query: Query, *, accept: str = _JSON
-    ) -> AsyncIterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
-        """The items of a list in batches decoded while the body arrives (each network chunk
-        completes a batch), page after page (following ``continue`` tokens), each with its
-        page's list metadata; the last batch of a page (possibly empty) comes once its body
-        ended. The whole body is never held at once (see `_listjson`)."""
+    ) -> AsyncIterator[tuple[dict[str, Any], Iterator[dict[str, Any]]]]:
+        """The items of a list in batches, one per network chunk, each an iterator decoding
+        one item per step (exhaust it before asking for the next batch), page after page
+        (following ``continue`` tokens); with each its page's list metadata, a dict filled in
+        once read (the API server writes it first). A page's last batch (possibly empty) comes
+        once its body ended. The whole body is never held at once (see `_listjson`)."""
         query = dict(query)
         while True:
             parser = ListParser()
             async with self._open("GET", path, query, None, _JSON, accept, None) as response:
                 async for chunk in response.content.iter_any():
-                    batch = parser.feed(chunk)
-                    if batch:
-                        yield parser.metadata, batch
+                    yield parser.metadata, parser.feed(chunk)
             yield parser.metadata, parser.close()
             if not parser.metadata.get("continue"):
                 return

@@ -159,8 +159,10 @@ class Informer:
         """Reflector sink: `replace` with the items of ``batches``, each batch stored and
         delivered as it arrives (see the module docstring)."""
         seen: set[str] = set()
+        upsert, add = self._upsert, seen.add
         async for batch in batches:
-            seen.update([self._upsert(raw) for raw in batch])
+            for raw in batch:  # one item at a time: each one's dicts are freed before the next
+                add(upsert(raw))
         self._listed(seen)
 
     def _listed(self, seen: set[str]) -> None:
@@ -184,7 +186,7 @@ class Informer:
             return key
         obj = self.transform(raw)
         old = self.store.get(key) if self._handlers and stored_rv is not None else None
-        self.store.upsert(obj)
+        self.store.upsert_as(key, obj)
         if self._handlers:
             if old is None:
                 self._dispatch("on_add", freeze(obj))

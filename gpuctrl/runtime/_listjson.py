@@ -12,13 +12,20 @@ be stored compactly and its dicts freed before the next, while the server still 
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
-from collections.abc import Iterator
+import json.scanner
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["ListParser", "read_list"]
 
 _scan = json.JSONDecoder().raw_decode
+# (text, index) -> (value, end), raising StopIteration or JSONDecodeError; typeshed's signature
+# of make_scanner is wrong (it takes a decoder, whose settings it reads).
+_scan_once: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]
+)
 _WHITESPACE = " \t\n\r"
 
 
@@ -29,11 +36,13 @@ class _Incomplete(Exception):
 class ListParser:
     """Incremental reader of one JSON list object (``{"metadata": ..., "items": [...]}``).
 
-    `feed` takes the next chunk of the body and returns the items it completed; `close` says
-    the body ended and returns the last ones; `metadata` is the list's ``metadata`` once read
-    (the API server writes it before the items). ``"items": null`` (an empty list, as some
-    servers write it) yields nothing. Malformed or truncated JSON raises ``ValueError``, at the
-    latest from `close`.
+    `feed` takes the next chunk of the body, `close` says the body ended; each returns an
+    iterator over the items completed, decoding one per step, so that each item can be dropped
+    before the next one is built (then a collection of the young generation finds nothing
+    alive to promote): exhaust it before the next call. `metadata` is the list's ``metadata``,
+    the same dict filled in once read (the API server writes it before the items). ``"items":
+    null`` (an empty list, as some servers write it) yields nothing. Malformed or truncated
+    JSON raises ``ValueError``, at the latest at the end of `close`'s iterator.
     """
 
     def __init__(self) -> None:
@@ -45,30 +54,32 @@ class ListParser:
         self._key = ""
         self._wanted = 0  # buffered length needed before a value cut short is scanned again
 
-    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
-        """The items completed by ``chunk`` (possibly none)."""
-        return self._feed_text(self._utf8.decode(chunk))
+    def feed(self, chunk: bytes) -> Iterator[dict[str, Any]]:
+        """The items completed by ``chunk`` (possibly none), decoded as iterated."""
+        self._buffer(self._utf8.decode(chunk))
+        return self._items(final=False)
 
-    def close(self) -> list[dict[str, Any]]:
-        """The body ended: the items not returned yet; raises ``ValueError`` unless the body
-        held exactly one whole list."""
+    def close(self) -> Iterator[dict[str, Any]]:
+        """The body ended: the items not returned yet; at its end the iterator raises
+        ``ValueError`` unless the body held exactly one whole list."""
+        self._buffer(self._utf8.decode(b"", final=True))
         self._wanted = 0
-        items = self._feed_text(self._utf8.decode(b"", final=True), final=True)
-        if self._state != "done" or self._text[self._pos :].strip(_WHITESPACE):
-            raise ValueError("truncated JSON list, or data after it")
-        return items
+        return self._items(final=True)
 
-    def _feed_text(self, text: str, *, final: bool = False) -> list[dict[str, Any]]:
+    def _buffer(self, text: str) -> None:
         self._text = self._text[self._pos :] + text if self._pos else self._text + text
         self._pos = 0
-        items: list[dict[str, Any]] = []
+
+    def _items(self, *, final: bool) -> Iterator[dict[str, Any]]:
         if len(self._text) < self._wanted:
-            return items
+            return
         self._wanted = 0
         while self._state != "done":
+            if self._state == "item":
+                yield from self._compact_items()
             started = self._pos
             try:
-                self._step(items)
+                item = self._step()
             except _Incomplete:
                 self._pos = started
                 if final:
@@ -76,12 +87,41 @@ class ListParser:
                 # Scanned again only once twice as much is buffered: a huge item arriving in
                 # small chunks is not rescanned once per chunk.
                 self._wanted = 2 * (len(self._text) - started)
-                break
-        return items
+                return
+            if item is not None:
+                yield item
+        if final and self._text[self._pos :].strip(_WHITESPACE):
+            raise ValueError("data after a JSON list")
 
-    def _step(self, items: list[dict[str, Any]]) -> None:
-        """Read one token (or value) in the current state; on `_Incomplete` the caller
-        restores the position, so the state only changes once the whole token was read."""
+    def _compact_items(self) -> Iterator[dict[str, Any]]:
+        """The fast path for items written as the API server writes them (``{...},{...}``):
+        one scan and one look at the next character per item; anything else (whitespace, the
+        end of the buffered text, malformed JSON) is left to `_step`."""
+        scan, text, pos = _scan_once, self._text, self._pos
+        while True:
+            try:
+                item, end = scan(text, pos)
+            except (StopIteration, json.JSONDecodeError):
+                return
+            following = text[end : end + 1]
+            if following == ",":
+                self._pos = pos = end + 1
+            elif following == "]":
+                self._pos = end + 1
+                self._state = "next"
+            elif following or type(item) is dict:
+                self._pos = end
+                self._state = "item end"
+            else:
+                return  # a number or literal at the very end may go on in the next chunk
+            yield item
+            if self._state != "item":
+                return
+
+    def _step(self) -> dict[str, Any] | None:
+        """Read one token (or value) in the current state, and return the item read, if any;
+        on `_Incomplete` the caller restores the position, so the state only changes once the
+        whole token was read."""
         state = self._state
         if state == "start":
             self._expect("{")
@@ -100,17 +140,20 @@ class ListParser:
         elif state == "value":
             value = self._value()
             if self._key == "metadata":
-                self.metadata = value
+                self.metadata.clear()
+                self.metadata.update(value)
             self._state = "next"
         elif state == "items":
             self._state = self._items_start()
         elif state == "item":
-            items.append(self._value())
+            item: dict[str, Any] = self._value()
             self._state = "item end"
+            return item
         elif state == "item end":
             self._state = "item" if self._either(",", "]") else "next"
         elif state == "next":
             self._state = "key" if self._either(",", "}") else "done"
+        return None
 
     def _items_start(self) -> str:
         """Read ``null``, ``[]`` or ``[`` and return the state that follows."""
@@ -166,9 +209,15 @@ class ListParser:
 
 
 def read_list(text: str) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
-    """The ``metadata`` of a JSON list object read whole, and an iterator over its items.
-    Raises ``ValueError`` on malformed JSON."""
+    """The ``metadata`` of a JSON list object read whole, and an iterator over its items,
+    decoded as iterated when the metadata comes first. Raises ``ValueError`` on malformed JSON
+    (from the iterator, once it got that far)."""
     parser = ListParser()
-    items = parser._feed_text(text)
-    items += parser.close()
-    return parser.metadata, iter(items)
+    parser._buffer(text)
+    items = parser.close()
+    first = next(items, None)  # reads the metadata written before the items
+    if first is None:
+        return parser.metadata, iter(())
+    if not parser.metadata:  # written after the items (or empty): read them all first
+        return parser.metadata, iter([first, *items])
+    return parser.metadata, itertools.chain((first,), items)

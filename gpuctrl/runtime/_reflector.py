@@ -26,7 +26,7 @@ and dispatches objects while the server still sends the rest.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import aclosing
 from typing import Any, Protocol
 
@@ -34,7 +34,7 @@ import aiohttp
 from prometheus_client import Counter
 
 from ._backoff import Backoff
-from ._client import METADATA_ONLY, Client
+from ._client import METADATA_ONLY, Client, typed
 from ._clock import Clock, SystemClock
 from ._errors import TRANSIENT_ERRORS, ApiError, Gone
 from ._jitter import jittered
@@ -144,15 +144,12 @@ class Reflector:
         accept = METADATA_ONLY if self._metadata_only else "application/json"
         version = ""
 
-        async def batches() -> AsyncIterator[list[dict[str, Any]]]:
+        async def batches() -> AsyncIterator[Iterator[dict[str, Any]]]:
             nonlocal version
             listing = self._client.list_batches(self._path, query, accept=accept)
             async for page_meta, batch in listing:
-                version = page_meta["resourceVersion"]
-                for item in batch:  # list items leave these out (metadata-only: one for all)
-                    item["apiVersion"] = self._resource.api_version
-                    item["kind"] = self._resource.kind
-                yield batch
+                yield typed(batch, self._resource)
+                version = page_meta["resourceVersion"]  # read by now: the batch was consumed
 
         await self._sink.replace_streamed(batches())
         return version

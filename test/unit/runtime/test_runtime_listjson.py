@@ -67,12 +67,13 @@ def test_parser_fed_in_chunks_reads_what_a_whole_read_does(
 
 def test_parser_returns_items_as_soon_as_they_are_complete() -> None:
     parser = ListParser()
-    assert parser.feed(b'{"metadata": {"resourceVersion": "7"}, "items": [{"a": 1}, {"b"') == [
-        {"a": 1}
-    ]
-    assert parser.metadata == {"resourceVersion": "7"}
-    assert parser.feed(b": 2}]}") == [{"b": 2}]
-    assert parser.close() == []
+    metadata = parser.metadata
+    items = parser.feed(b'{"metadata": {"resourceVersion": "7"}, "items": [{"a": 1}, {"b"')
+    assert next(items) == {"a": 1}
+    assert metadata == {"resourceVersion": "7"}  # the same dict, filled in
+    assert list(items) == []
+    assert list(parser.feed(b": 2}]}")) == [{"b": 2}]
+    assert list(parser.close()) == []
 
 
 @pytest.mark.parametrize(
@@ -82,6 +83,6 @@ def test_parser_returns_items_as_soon_as_they_are_complete() -> None:
 )
 def test_parser_close_raises_on_a_body_that_is_not_one_list(body: bytes) -> None:
     parser = ListParser()
-    parser.feed(body)
+    list(parser.feed(body))
     with pytest.raises(ValueError, match="JSON list"):
-        parser.close()
+        list(parser.close())
