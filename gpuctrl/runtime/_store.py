@@ -26,7 +26,32 @@ IndexFunc = Callable[[Mapping[str, Any]], Iterable[str]]
 
 NAMESPACE_INDEX = "namespace"
 
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+# json.dumps(obj, separators=(",", ":"), ensure_ascii=False) without its set-up on every call
+# (a new encoder, a check for circular references, which JSON from the API cannot have).
+_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_encode_chunks = (
+    None
+    if _make_encoder is None
+    else _make_encoder(
+        None,
+        json.JSONEncoder().default,
+        json.encoder.encode_basestring,
+        None,
+        ":",
+        ",",
+        False,
+        False,
+        True,
+    )
+)
+
+
+def _encode(obj: Mapping[str, Any]) -> str:
+    if _encode_chunks is None:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return "".join(_encode_chunks(obj, 0))
+
+
 _scan = json.JSONDecoder().raw_decode
 
 
@@ -95,7 +120,10 @@ class Store:
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         """Store (a copy of) ``obj`` under its key, replacing what was there."""
-        key = object_key(obj)
+        self.upsert_as(object_key(obj), obj)
+
+    def upsert_as(self, key: str, obj: Mapping[str, Any]) -> None:
+        """`upsert` for a caller that has computed ``key``, which must be ``object_key(obj)``."""
         if key in self._objects:
             self._unindex(key)
         else:
