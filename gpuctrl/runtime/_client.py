@@ -55,6 +55,9 @@ _APPLY_PATCH = "application/apply-patch+yaml"
 _MERGE_PATCH = "application/merge-patch+json"
 _JSON_PATCH = "application/json-patch+json"
 _PAGE_SIZE = 500
+# Bytes of a list body decoded at a time: what is buffered may be megabytes when the server sends
+# faster than the items are stored; blocks that big, freed, stay in the heap as holes.
+_LIST_CHUNK = 1 << 16
 _RETRY_AFTER_CAP = 60.0  # seconds: a longer Retry-After is waited out in steps of this
 
 _REQUESTS = Counter(
@@ -139,7 +142,7 @@ class Client:
         while True:
             parser = ListParser()
             async with self._open("GET", path, query, None, _JSON, accept, None) as response:
-                async for chunk in response.content.iter_any():
+                async for chunk in response.content.iter_chunked(_LIST_CHUNK):
                     yield parser.metadata, parser.feed(chunk)
             yield parser.metadata, parser.close()
             if not parser.metadata.get("continue"):
