@@ -20,6 +20,7 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Iterable,
     Iterator,
     Mapping,
     Sequence,
@@ -36,7 +37,7 @@ from prometheus_client import Counter
 from ._clock import Clock, SystemClock
 from ._errors import AlreadyExists, ApiError, Conflict, api_error
 from ._jitter import jittered
-from ._listjson import read_list
+from ._listjson import ListParser, read_list
 from ._metrics import METRICS_REGISTRY
 from ._ratelimiter import BucketRateLimiter
 from ._resources import Resource
@@ -54,6 +55,9 @@ _APPLY_PATCH = "application/apply-patch+yaml"
 _MERGE_PATCH = "application/merge-patch+json"
 _JSON_PATCH = "application/json-patch+json"
 _PAGE_SIZE = 500
+# Bytes of a list body decoded at a time: what is buffered may be megabytes when the server sends
+# faster than the items are stored; blocks that big, freed, stay in the heap as holes.
+_LIST_CHUNK = 1 << 16
 _RETRY_AFTER_CAP = 60.0  # seconds: a longer Retry-After is waited out in steps of this
 
 _REQUESTS = Counter(
@@ -115,16 +119,35 @@ class Client:
     async def pages(
         self, path: str, query: Query, *, accept: str = _JSON
     ) -> AsyncIterator[tuple[dict[str, Any], Iterator[dict[str, Any]]]]:
-        """Each page of a list as (list metadata, items decoded lazily), following
-        ``continue`` tokens: the one paging loop. A ``limit`` in ``query`` sets the page size;
-        without one the server answers in one piece."""
+        """Each page of a list as (list metadata, its items), following ``continue`` tokens.
+        A ``limit`` in ``query`` sets the page size; without one the server answers in one
+        piece (`list_batches` decodes that piece while it arrives)."""
         query = dict(query)
         while True:
             meta, items = read_list((await self.read(path, query, accept=accept)).decode())
             yield meta, items
             if not meta.get("continue"):
                 return
-            query = {**query, "limit": query.get("limit", _PAGE_SIZE), "continue": meta["continue"]}
+            query = _next_page(query, meta)
+
+    async def list_batches(
+        self, path: str, query: Query, *, accept: str = _JSON
+    ) -> AsyncIterator[tuple[dict[str, Any], Iterator[dict[str, Any]]]]:
+        """The items of a list in batches, one per network chunk, each an iterator decoding
+        one item per step (exhaust it before asking for the next batch), page after page
+        (following ``continue`` tokens); with each its page's list metadata, a dict filled in
+        once read (the API server writes it first). A page's last batch (possibly empty) comes
+        once its body ended. The whole body is never held at once (see `_listjson`)."""
+        query = dict(query)
+        while True:
+            parser = ListParser()
+            async with self._open("GET", path, query, None, _JSON, accept, None) as response:
+                async for chunk in response.content.iter_chunked(_LIST_CHUNK):
+                    yield parser.metadata, parser.feed(chunk)
+            yield parser.metadata, parser.close()
+            if not parser.metadata.get("continue"):
+                return
+            query = _next_page(query, parser.metadata)
 
     @asynccontextmanager
     async def stream(
@@ -324,7 +347,12 @@ class Client:
         return served
 
 
-def typed(items: Iterator[dict[str, Any]], resource: Resource) -> Iterator[dict[str, Any]]:
+def _next_page(query: Query, meta: Mapping[str, Any]) -> dict[str, str | int | bool]:
+    """The query of the page after the one whose list metadata is ``meta``."""
+    return {**query, "limit": query.get("limit", _PAGE_SIZE), "continue": meta["continue"]}
+
+
+def typed(items: Iterable[dict[str, Any]], resource: Resource) -> Iterator[dict[str, Any]]:
     """Items of a list with apiVersion and kind filled in: list responses leave them out, and a
     metadata-only list calls every item a PartialObjectMetadata."""
     for item in items:

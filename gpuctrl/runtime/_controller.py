@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -44,6 +45,8 @@ def _describe(error: BaseException) -> str:
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
+
+_SLICE = 0.002  # seconds a worker may run reconciles that never await before it yields
 
 Reconciler = Callable[[Request], Awaitable[Result | None]]
 """``async def reconcile(request) -> Result | None``; see the contract in `_reconcile`."""
@@ -133,7 +136,8 @@ class Controller:
         self._errors = _ERRORS.labels(name)
         self._terminal = _TERMINAL.labels(name)
         self._time = _TIME.labels(name)
-        self._active = _ACTIVE.labels(name)
+        self._running = 0  # reconciles in flight: read by the gauge when scraped, not set each time
+        _ACTIVE.labels(name).set_function(_running_of(weakref.ref(self)))
 
     def watch(
         self,
@@ -165,6 +169,8 @@ class Controller:
             await asyncio.gather(*workers, return_exceptions=True)
 
     async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        yielded = loop.time()
         while True:
             try:
                 request = await self.queue.get()
@@ -176,14 +182,17 @@ class Controller:
                 await self._reconcile(request)
             finally:
                 self.queue.done(request)
-            # A reconcile that never awaits (a converged, cache-only pass) must not keep the
-            # loop: let watches, Lease renewal and probes run between two keys.
-            await asyncio.sleep(0)
+            # Reconciles that never await (converged, cache-only passes) must not keep the
+            # loop: let watches, Lease renewal and probes run at least every _SLICE seconds
+            # (not after every key: one pass of the loop costs as much as such a reconcile).
+            if loop.time() - yielded >= _SLICE:
+                await asyncio.sleep(0)
+                yielded = loop.time()
 
     async def _reconcile(self, request: Request) -> None:
         """Reconcile one key and apply the contract: the one switch over its outcomes."""
         token = LOG_CONTEXT.set({"controller": self.name, "key": str(request)})
-        self._active.inc()
+        self._running += 1
         started = self._clock.now()
         try:
             result = await _shielded_from_stray_cancellation(self._reconciler(request))
@@ -214,8 +223,18 @@ class Controller:
                 self._outcomes["success"].inc()
         finally:
             self._time.observe(self._clock.now() - started)
-            self._active.dec()
+            self._running -= 1
             LOG_CONTEXT.reset(token)
+
+
+def _running_of(controller: weakref.ref[Controller]) -> Callable[[], float]:
+    """How many reconciles the controller runs now (0 once it is gone)."""
+
+    def running() -> float:
+        alive = controller()
+        return 0 if alive is None else alive._running
+
+    return running
 
 
 async def _shielded_from_stray_cancellation(reconciling: Awaitable[Result | None]) -> Result | None:

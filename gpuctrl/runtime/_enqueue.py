@@ -66,6 +66,10 @@ class WatchHandler:
 
     def on_add(self, obj: Mapping[str, Any]) -> None:
         """Enqueue for a new object."""
+        if not self._predicates:  # every object of a first list comes this way
+            for request in self._mapper(obj):
+                self._queue.add(request)
+            return
         self._handle(Event("add", obj), obj)
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:

@@ -5,18 +5,21 @@ stored (as compact JSON, see `_store`). Handlers get frozen objects (read-only, 
 handlers of one event, see `_objects`); readers of the store get private copies.
 A list is diffed against the store: new keys are delivered as adds, changed resourceVersions
 as updates, keys missing from the list as deletes (what vanished while the watch was down);
-unchanged objects are not delivered again. Handlers run on the event loop, in registration
-order; a handler that raises does not stop the others, and its event is not lost: while the
-informer runs, the object is delivered to that handler again as a resync (``old is new``, or
-the same delete if it is gone) after a backoff (0.8 s doubling to 30 s), until the handler
-takes it. A handler's first failure is logged with its traceback, later ones in one line.
+unchanged objects are not delivered again. Objects are stored and delivered while the list
+arrives, batch by batch; the deletes (and `Informer.has_synced`) wait for its end, so a list
+that fails midway leaves the objects it did deliver and is retried whole. Handlers run on the
+event loop, in registration order; a handler that raises does not stop the others, and its
+event is not lost: while the informer runs, the object is delivered to that handler again as a
+resync (``old is new``, or the same delete if it is gone) after a backoff (0.8 s doubling to
+30 s), until the handler takes it. A handler's first failure is logged with its traceback,
+later ones in one line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import Counter
@@ -149,8 +152,21 @@ class Informer:
             self._retries.clear()
 
     def replace(self, items: Iterable[dict[str, Any]]) -> None:
-        """Reflector sink: make the store hold exactly ``items``, delivering the differences."""
-        seen = {self._upsert(raw) for raw in items}
+        """Make the store hold exactly ``items``, delivering the differences (as a list does)."""
+        self._listed({self._upsert(raw) for raw in items})
+
+    async def replace_streamed(self, batches: AsyncIterable[Iterable[dict[str, Any]]]) -> None:
+        """Reflector sink: `replace` with the items of ``batches``, each batch stored and
+        delivered as it arrives (see the module docstring)."""
+        seen: set[str] = set()
+        upsert, add = self._upsert, seen.add
+        async for batch in batches:
+            for raw in batch:  # one item at a time: each one's dicts are freed before the next
+                add(upsert(raw))
+        self._listed(seen)
+
+    def _listed(self, seen: set[str]) -> None:
+        """A list ended holding the keys ``seen``: delete the others; synced."""
         for key in self.store.keys() - seen:
             self._delete(key, None)
         self._lists.inc()
@@ -170,7 +186,7 @@ class Informer:
             return key
         obj = self.transform(raw)
         old = self.store.get(key) if self._handlers and stored_rv is not None else None
-        self.store.upsert(obj)
+        self.store.upsert_as(key, obj)
         if self._handlers:
             if old is None:
                 self._dispatch("on_add", freeze(obj))

@@ -52,10 +52,30 @@ def freeze(value: Any) -> Any:
     """Return a read-only deep copy of a JSON value: dicts become `FrozenDict`, lists tuples."""
     kind = type(value)
     if kind is dict or kind is FrozenDict:
-        return FrozenDict(zip(value, map(freeze, value.values()), strict=True))
+        return _freeze_dict(value)
     if kind is list or kind is tuple:
-        return tuple(map(freeze, value))
+        return _freeze_array(value)
     return value
+
+
+# Every informer event freezes its objects: copy a mapping in one C call, then replace only the
+# values that are containers (most of an object's values are strings, numbers or booleans).
+_set_item = dict.__setitem__
+
+
+def _freeze_dict(value: Mapping[str, Any]) -> FrozenDict:
+    frozen = FrozenDict(value)
+    for name, item in value.items():
+        kind = type(item)
+        if kind is dict or kind is FrozenDict:
+            _set_item(frozen, name, _freeze_dict(item))
+        elif kind is list or kind is tuple:
+            _set_item(frozen, name, _freeze_array(item))
+    return frozen
+
+
+def _freeze_array(value: Any) -> tuple[Any, ...]:
+    return tuple([freeze(item) for item in value])
 
 
 def thaw(value: Any) -> Any:

@@ -18,14 +18,15 @@
   re-watch from the last resourceVersion, without a relist.
 
 The reflector only moves data; its `ReflectorSink` (the informer) diffs lists against what it
-holds, so a relist delivers the deletions that happened while the watch was down.
+holds, so a relist delivers the deletions that happened while the watch was down. A list is
+handed over in batches decoded while its body arrives (see `_listjson`), so the sink stores
+and dispatches objects while the server still sends the rest.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import aclosing
 from typing import Any, Protocol
 
@@ -61,8 +62,9 @@ _MIN_WATCH = 1.0  # seconds: a watch ended sooner with no event is treated as a 
 class ReflectorSink(Protocol):
     """Receives what a reflector reads."""
 
-    def replace(self, items: Iterable[dict[str, Any]]) -> None:
-        """The complete current set of objects (after a list), decoded while iterated."""
+    async def replace_streamed(self, batches: AsyncIterable[Iterable[dict[str, Any]]]) -> None:
+        """The complete current set of objects (a list), in batches as they arrive; an error
+        raised by the iteration ends the list (what came before it may have been applied)."""
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
         """One watch event: ``ADDED``, ``MODIFIED`` or ``DELETED``."""
@@ -122,17 +124,16 @@ class Reflector:
     async def _list(self) -> None:
         version = "" if self._quorum_next else self.resource_version if self.lists else "0"
         try:
-            items, rv = await self._list_at(version)
+            rv = await self._list_at(version)
         except Gone:
             log.info("relisting %s from a quorum read: resourceVersion expired", self._path)
-            items, rv = await self._list_at("")
-        self._sink.replace(items)
+            rv = await self._list_at("")
         self.resource_version = rv
         self.lists += 1
         self._quorum_next = False
 
-    async def _list_at(self, resource_version: str) -> tuple[Iterable[dict[str, Any]], str]:
-        """The items (decoded lazily, page by page) and resourceVersion of one list."""
+    async def _list_at(self, resource_version: str) -> str:
+        """Stream one list into the sink; return its resourceVersion."""
         # With a resourceVersion the watch cache answers in one piece (a limit would send the
         # request to etcd for an exact, possibly stale, read); without one, etcd answers in pages.
         query: dict[str, str | int | bool] = dict(self._selectors)
@@ -141,12 +142,17 @@ class Reflector:
         else:
             query["limit"] = 500
         accept = METADATA_ONLY if self._metadata_only else "application/json"
-        pages: list[Iterator[dict[str, Any]]] = []
         version = ""
-        async for page_meta, items in self._client.pages(self._path, query, accept=accept):
-            pages.append(items)
-            version = page_meta["resourceVersion"]
-        return typed(itertools.chain(*pages), self._resource), version
+
+        async def batches() -> AsyncIterator[Iterator[dict[str, Any]]]:
+            nonlocal version
+            listing = self._client.list_batches(self._path, query, accept=accept)
+            async for page_meta, batch in listing:
+                yield typed(batch, self._resource)
+                version = page_meta["resourceVersion"]  # read by now: the batch was consumed
+
+        await self._sink.replace_streamed(batches())
+        return version
 
     async def _watch_until_gone(self, backoff: Backoff) -> None:
         listed_at = self.resource_version

@@ -47,6 +47,7 @@ __all__ = [
     "BuildError",
     "assets_dir",
     "ensure_binaries",
+    "find_go",
     "kubernetes_version",
     "main",
 ]
@@ -139,7 +140,7 @@ class _Build:
         self.version = version
         self.folder = folder
         self.out = out
-        self.go = _find_go()
+        self.go = find_go()
         self.started = time.monotonic()
 
     def run(self) -> None:
@@ -296,7 +297,9 @@ def _tools_file(packages: Sequence[str]) -> str:
     return f"//go:build tools\n\npackage tools\n\nimport (\n{imports})\n"
 
 
-def _find_go() -> str:
+def find_go() -> str:
+    """The Go toolchain to build with: ``$GPUCTRL_GO``, else the first ``go`` of at least
+    `GO_MINIMUM` on ``PATH`` or at ``/usr/local/go/bin/go``; raises `BuildError` when none is."""
     configured = os.environ.get(GO_ENV)
     candidates = [configured] if configured else []
     if not configured:

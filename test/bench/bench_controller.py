@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import importlib.util
 import json
 import statistics
@@ -52,7 +53,10 @@ def configmap(name: str, namespace: str) -> dict[str, Any]:
 
 
 def node(name: str) -> dict[str, Any]:
-    """A Node with a realistic status (capacity, conditions, addresses, images)."""
+    """A Node with a realistic status (capacity, conditions, addresses, images), whose IDs,
+    address and image sizes differ from node to node as real ones do (stores deflate Nodes)."""
+    digest = hashlib.sha256(name.encode()).hexdigest()
+    number = int(digest[:8], 16)
     condition_types = ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
     stamp = "2024-01-01T00:00:00Z"
     resources = {"cpu": "64", "memory": "527952348Ki", "pods": "110", "nvidia.com/gpu": "8"}
@@ -86,13 +90,13 @@ def node(name: str) -> dict[str, Any]:
                 for t in condition_types
             ],
             "addresses": [
-                {"type": "InternalIP", "address": "10.0.0.1"},
+                {"type": "InternalIP", "address": f"10.{number % 256}.{number // 256 % 256}.1"},
                 {"type": "Hostname", "address": name},
             ],
             "nodeInfo": {
-                "machineID": "0" * 32,
-                "systemUUID": "0" * 32,
-                "bootID": "0" * 32,
+                "machineID": digest[:32],
+                "systemUUID": digest[32:],
+                "bootID": hashlib.sha256(digest.encode()).hexdigest()[:32],
                 "kernelVersion": "5.15.0",
                 "osImage": "Ubuntu 22.04",
                 "containerRuntimeVersion": "containerd://1.7.0",
@@ -102,7 +106,10 @@ def node(name: str) -> dict[str, Any]:
                 "architecture": "amd64",
             },
             "images": [
-                {"names": [f"registry.example/image-{i}:v1"], "sizeBytes": 100_000_000 + i}
+                {
+                    "names": [f"registry.example/image-{(number >> i) % 50}:v1"],
+                    "sizeBytes": 100_000_000 + (number >> (2 * i)) % 1_000_000,
+                }
                 for i in range(5)
             ],
         },

@@ -3,14 +3,18 @@
     python bench_controller_child.py JOB FRAMEWORK KUBECONFIG NAMESPACE COUNT
 
 JOB is ``sync`` (time until COUNT ConfigMaps of NAMESPACE were each handled once), ``live``
-(print READY, then the wall-clock time each of COUNT new ConfigMaps was first handled) or
+(print READY, then the wall-clock time each of COUNT new ConfigMaps was first handled),
 ``memory`` (cache NAMESPACE's ConfigMaps and every Node until COUNT objects are held, then
-report RSS). gpuctrl only: ``nodes`` / ``nodes-metadata`` (cache every Node, full or
-metadata-only, report RSS) and ``busy`` (COUNT keys reconciling without pause, 1 ms of CPU
-each, for 10 s: the worst ``/healthz`` latency seen from another thread and the worst delay of
-a Lease renewal past its 2 s period). FRAMEWORK is ``gpuctrl`` or ``kopf`` (an
-``@kopf.on.event`` handler, its cheapest path; for ``memory`` it keeps each event's object
-in a dict, as a cache would).
+report RSS) or ``configmaps`` (the same for NAMESPACE's ConfigMaps alone). gpuctrl only:
+``nodes`` / ``nodes-metadata`` (cache every Node, full or metadata-only, report RSS),
+``stages`` (``sync``, timing each stage of the first list: decode, transform, store, freeze,
+dispatch, workers) and ``busy`` (COUNT keys reconciling without pause, 1 ms of CPU each, for
+10 s: the worst ``/healthz`` latency seen from another thread and the worst delay of a Lease
+renewal past its 2 s period). FRAMEWORK is ``gpuctrl``, ``kopf`` (an ``@kopf.on.event``
+handler, its cheapest path; for ``memory`` and ``configmaps`` it keeps each event's object in
+a dict, as a cache would) or ``raw`` (``sync`` only: one list of NAMESPACE's ConfigMaps with
+kubernetes-asyncio's own kubeconfig loader and API class, its body decoded with
+``json.loads``, from the watch cache as an informer's first list: the floor).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import os
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -66,15 +71,17 @@ async def run_gpuctrl(job: str, kubeconfig: str, namespace: str, tally: Tally) -
 
     configmaps = rt.Resource("v1", "ConfigMap", "configmaps")
     nodes = rt.Resource("v1", "Node", "nodes", namespaced=False)
+    stages = instrument() if job == "stages" else None
     started = time.perf_counter()
     if job == "busy":
         return await run_busy(kubeconfig, namespace, tally.count)
     manager = await rt.Manager.create(
         kubeconfig, metrics_bind_address=None, health_probe_bind_address=None
     )
-    if job == "memory":
+    if job in ("memory", "configmaps"):
         manager.cache.informer(configmaps, namespace=namespace)
-        manager.cache.informer(nodes)
+        if job == "memory":
+            manager.cache.informer(nodes)
     elif job.startswith("nodes"):
         manager.cache.informer(nodes, metadata_only=job == "nodes-metadata")
     else:
@@ -83,18 +90,24 @@ async def run_gpuctrl(job: str, kubeconfig: str, namespace: str, tally: Tally) -
             tally.saw(request.name)
 
         manager.add_controller("bench", reconcile, for_=configmaps, namespace=namespace)
+        if stages is not None:
+            informer = manager.cache.informer(configmaps, namespace=namespace)
+            informer.transform = timed(stages, "transform", informer.transform)
     synced = Synced()
     manager.add(synced)
-    gc.collect()
+    if job.startswith("nodes"):  # not timed: a full collection after the imports takes ~50 ms
+        gc.collect()
     base_rss_kib = rss_kib("VmRSS")  # before anything is listed
     stop = asyncio.Event()
     running = asyncio.create_task(manager.start(stop))
     if job == "live":
         await synced.wait()
         print("READY", flush=True)
-    if job == "memory":
+    if job in ("memory", "configmaps"):
         await synced.wait()
-        held = len(manager.cache.list(configmaps, namespace)) + len(manager.cache.list(nodes))
+        held = len(manager.cache.list(configmaps, namespace))
+        if job == "memory":
+            held += len(manager.cache.list(nodes))
         result = memory_figures(held)
     elif job.startswith("nodes"):
         await synced.wait()
@@ -105,9 +118,89 @@ async def run_gpuctrl(job: str, kubeconfig: str, namespace: str, tally: Tally) -
     else:
         await tally.done.wait()
         result = {"seconds": time.perf_counter() - started}
+        if stages is not None:
+            stages["done"] = time.perf_counter()
+            result["stages"] = stage_figures(stages, started)
     stop.set()
     await running
     return result
+
+
+def timed(spent: dict[str, float], stage: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func``, adding the seconds each call takes to ``spent[stage]``."""
+    clock = time.perf_counter
+
+    def timing(*args: Any, **kwargs: Any) -> Any:
+        began = clock()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            spent[stage] += clock() - began
+
+    return timing
+
+
+def instrument() -> dict[str, float]:
+    """Time the stages of an informer's list and of the controller (``stages`` job)."""
+    from gpuctrl.runtime import _controller, _informer, _listjson, _reflector, _store
+
+    spent: dict[str, float] = defaultdict(float)
+    _listjson._scan_once = timed(spent, "decode", _listjson._scan_once)
+    _listjson._scan = timed(spent, "decode", _listjson._scan)
+    store = _store.Store
+    store.upsert_as = timed(spent, "store", store.upsert_as)  # type: ignore[method-assign]
+    _informer.freeze = timed(spent, "freeze", _informer.freeze)
+    dispatch = _informer.Informer._dispatch
+    _informer.Informer._dispatch = timed(spent, "dispatch", dispatch)  # type: ignore[method-assign]
+    list_at = _reflector.Reflector._list_at
+
+    async def listing(self: Any, resource_version: str) -> str:
+        spent.setdefault("list started", time.perf_counter())
+        try:
+            return await list_at(self, resource_version)
+        finally:
+            spent["list ended"] = time.perf_counter()
+
+    _reflector.Reflector._list_at = listing  # type: ignore[method-assign]
+    start = _controller.Controller.start
+
+    async def starting(self: Any, stop: asyncio.Event) -> None:
+        spent["workers started"] = time.perf_counter()
+        await start(self, stop)
+
+    _controller.Controller.start = starting  # type: ignore[method-assign]
+    return spent
+
+
+def stage_figures(spent: dict[str, float], started: float) -> dict[str, float]:
+    """Milliseconds per stage, from `instrument`'s records."""
+    listed = spent["list ended"] - spent["list started"]
+    cpu = ("decode", "transform", "store", "freeze", "dispatch")
+    figures = {
+        "setup": spent["list started"] - started,
+        "list": listed,
+        **{stage: spent[stage] for stage in cpu},
+        "list rest": listed - sum(spent[stage] for stage in cpu),
+        "synced -> workers": spent["workers started"] - spent["list ended"],
+        "workers": spent["done"] - spent["workers started"],
+    }
+    return {stage: 1000 * seconds for stage, seconds in figures.items()}
+
+
+async def run_raw(kubeconfig: str, namespace: str) -> dict[str, Any]:
+    """One list with kubernetes-asyncio alone, decoded with ``json.loads``: the floor."""
+    from kubernetes_asyncio import client, config
+
+    started = time.perf_counter()
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    async with client.ApiClient(configuration) as api:
+        response = await client.CoreV1Api(api).list_namespaced_config_map(
+            namespace, resource_version="0", _preload_content=False
+        )
+        items = json.loads(await response.read())["items"]
+        seconds = time.perf_counter() - started
+    return {"seconds": seconds, "objects": len(items)}
 
 
 PROBER = """
@@ -205,7 +298,7 @@ async def run_kopf(job: str, kubeconfig: str, namespace: str, tally: Tally) -> d
     def handler(name: str) -> Callable[..., None]:
         def on_event(event: dict[str, Any], **_: Any) -> None:
             obj = event["object"]
-            if job == "memory":
+            if job in ("memory", "configmaps"):
                 cache[obj["metadata"]["uid"]] = obj
                 tally.saw(obj["metadata"]["uid"])
             elif obj["metadata"].get("namespace") == namespace:
@@ -232,12 +325,12 @@ async def run_kopf(job: str, kubeconfig: str, namespace: str, tally: Tally) -> d
         await ready_flag.wait()
         await asyncio.sleep(1.0)  # kopf's watches start after ready: let them connect
         print("READY", flush=True)
-    if job == "memory" and tally.count == 0:
+    if job in ("memory", "configmaps") and tally.count == 0:
         await ready_flag.wait()
         await asyncio.sleep(2.0)
     else:
         await tally.done.wait()
-    if job == "memory":
+    if job in ("memory", "configmaps"):
         await asyncio.sleep(1.0)  # let per-object workers settle
         result = memory_figures(len(cache))
     else:
@@ -248,11 +341,8 @@ async def run_kopf(job: str, kubeconfig: str, namespace: str, tally: Tally) -> d
 
 
 def stored_bytes(store: Any) -> int:
-    """Bytes a store holds for its objects: keys, resourceVersions, JSON, entries."""
-    return sum(
-        sys.getsizeof(key) + sys.getsizeof(entry) + sum(map(sys.getsizeof, entry))
-        for key, entry in store._objects.items()
-    )
+    """Bytes a store holds for its objects: keys and entries (JSON and resourceVersion)."""
+    return sum(sys.getsizeof(key) + sys.getsizeof(entry) for key, entry in store._objects.items())
 
 
 def memory_figures(held: int) -> dict[str, Any]:
@@ -262,8 +352,11 @@ def memory_figures(held: int) -> dict[str, Any]:
 
 async def main(job: str, framework: str, kubeconfig: str, namespace: str, count: str) -> None:
     tally = Tally(int(count))
-    run = run_gpuctrl if framework == "gpuctrl" else run_kopf
-    result = await run(job, kubeconfig, namespace, tally)
+    if framework == "raw":
+        result = await run_raw(kubeconfig, namespace)
+    else:
+        run = run_gpuctrl if framework == "gpuctrl" else run_kopf
+        result = await run(job, kubeconfig, namespace, tally)
     if job == "live":
         result["first_seen"] = tally.first_seen
     result["peak_rss_kib"] = rss_kib("VmHWM")

@@ -18,6 +18,7 @@ from gpuctrl.runtime import (
     TerminalError,
     configure_logging,
 )
+from gpuctrl.runtime._controller import _SLICE
 from gpuctrl.testing import FakeClock
 
 A, B = Request("ns", "a"), Request("ns", "b")
@@ -326,10 +327,12 @@ async def test_requeue_true_is_a_rate_limited_requeue(start: Callable[..., Runni
     assert running.metric("controller_runtime_reconcile_errors_total") == 0
 
 
-async def test_workers_yield_to_the_loop_between_keys(start: Callable[..., Running]) -> None:
-    """A reconcile that never awaits (a converged, cache-only pass) must still let the rest
-    of the event loop (watches, Lease renewal, probes) run between two keys: a callback
-    scheduled by one reconcile has run before the next one starts."""
+async def test_workers_yield_to_the_loop_between_long_keys(start: Callable[..., Running]) -> None:
+    """Reconciles that never await (converged, cache-only passes) must still let the rest of
+    the event loop (watches, Lease renewal, probes) run every ``_SLICE`` seconds: when each
+    such reconcile takes a slice of CPU, a callback scheduled by one has run before the next
+    one starts. (Shorter ones run back to back within a slice: a pass of the loop per key
+    would cost as much as the reconcile.)"""
     loop = asyncio.get_running_loop()
     ran_between: list[bool] = []
     pending = [True]
@@ -338,10 +341,13 @@ async def test_workers_yield_to_the_loop_between_keys(start: Callable[..., Runni
         ran_between.append(pending[0])
         pending[0] = False
         loop.call_soon(pending.__setitem__, 0, True)
+        until = loop.time() + _SLICE
+        while loop.time() < until:  # a slice of CPU, no await
+            pass
 
     running = start(busy)
-    for i in range(200):
+    for i in range(20):
         running.controller.queue.add(Request("ns", f"k{i}"))
-    await running.run_until(lambda: len(ran_between) >= 200, limit=1)
-    assert len(ran_between) == 200
-    assert all(ran_between), "keys ran back to back without yielding to the loop"
+    await running.run_until(lambda: len(ran_between) >= 20, limit=5)
+    assert len(ran_between) == 20
+    assert all(ran_between), "keys of a slice each ran back to back without yielding"

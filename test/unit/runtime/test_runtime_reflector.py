@@ -4,8 +4,7 @@ growing backoff on the injected clock and a re-watch without a relist, 410 Gone 
 The same paths run against a real API server in test/integration/runtime."""
 
 import asyncio
-import json
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -39,13 +38,13 @@ class ScriptedClient(Client):
         self.metadata_only: list[bool] = []
         self._scripts = list(watches)
 
-    async def read(
+    async def list_batches(
         self, path: str, query: Mapping[str, str | int | bool], *, accept: str = ""
-    ) -> bytes:
+    ) -> AsyncGenerator[tuple[dict[str, Any], list[dict[str, Any]]], None]:
         self.lists.append(dict(query))
         self.accepts.append(accept)
-        listing = {"metadata": {"resourceVersion": "10"}, "items": [cm("a", "10")]}
-        return json.dumps(listing).encode()
+        yield {"resourceVersion": "10"}, [cm("a", "10")]
+        yield {"resourceVersion": "10"}, []
 
     async def watch(
         self,
@@ -69,8 +68,9 @@ class Sink:
     def __init__(self) -> None:
         self.seen: list[tuple[str, str]] = []
 
-    def replace(self, items: Iterable[dict[str, Any]]) -> None:
-        self.seen += [("list", item["metadata"]["resourceVersion"]) for item in items]
+    async def replace_streamed(self, batches: AsyncIterable[Iterable[dict[str, Any]]]) -> None:
+        async for items in batches:
+            self.seen += [("list", item["metadata"]["resourceVersion"]) for item in items]
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
         self.seen.append((event_type, obj["metadata"]["resourceVersion"]))
