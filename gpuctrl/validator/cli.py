@@ -228,7 +228,6 @@ def _serve_metrics(args: argparse.Namespace) -> int:
     from gpuctrl.runtime import configure_logging
     from gpuctrl.validator._exporter import CannotServe, ExporterSettings, serve
 
-    configure_logging(json_lines=args.log_format == "json")
     settings = ExporterSettings(
         port=args.port,
         node=args.node,
@@ -244,6 +243,7 @@ def _serve_metrics(args: argparse.Namespace) -> int:
         for signal_number in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signal_number, stop.set)
         api = await _api_client(args.kubeconfig)
+        configure_logging(json_lines=args.log_format == "json")  # once the input is known good
         try:
             await serve(settings, api, stop)
         finally:
