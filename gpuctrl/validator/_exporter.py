@@ -50,7 +50,7 @@ class CannotServe(Exception):
 @dataclass(frozen=True)
 class ExporterSettings:
     """What ``gpuctrl validate metrics`` was given: the port (every interface), the node, the
-    folders, and the seconds between two runs of each probe (also the driver check's limit)."""
+    folders, and the seconds between two runs of each probe."""
 
     port: int
     node: str
@@ -106,12 +106,19 @@ async def _start_server(port: int, registry: CollectorRegistry) -> web.AppRunner
 
 
 async def _every(interval: float, probe: Callable[[], Awaitable[_Outcome]]) -> None:
-    """Run ``probe`` every ``interval`` seconds, logging its outcome when it changes."""
+    """Run ``probe`` every ``interval`` seconds, logging its outcome when it changes. A probe
+    that raises is logged with its traceback and run again: one bug must not freeze a gauge
+    for the pod's life (the probes catch every failure they expect)."""
     last: _Outcome | None = None
     while True:
-        outcome = await probe()
+        error: Exception | None = None
+        try:
+            outcome = await probe()
+        except Exception as raised:
+            error = raised
+            outcome = (logging.ERROR, f"a probe failed unexpectedly: {raised!r}")
         if outcome != last:
-            log.log(*outcome)
+            log.log(*outcome, exc_info=error)
             last = outcome
         await asyncio.sleep(interval)
 
