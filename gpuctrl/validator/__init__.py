@@ -4,11 +4,13 @@
 ``<output-dir>/<check>-ready`` when it passes. The driver and toolkit checks run ``nvidia-smi``;
 the cuda and plugin checks run a workload pod built from a ConfigMap template
 (`render_template`, `apply_overrides`, `pin_workload`) and judge it from its status alone
-(`verdict`), so an injected sidecar cannot hold them hostage.
+(`verdict`), so an injected sidecar cannot hold them hostage. ``gpuctrl validate metrics``
+serves NVIDIA's node status gauges (`NodeStatusCollector`, fed by `NodeProbes`, counting with
+`count_gpu_resources` and `count_nvidia_pci_devices`).
 
 The names that need the Kubernetes client (`RetryPolicy`, `WorkloadCheck`, `WorkloadPod`,
-`build_workload_pod`, `run_workload_check`) are imported on first use, so the driver and
-toolkit checks never load it.
+`build_workload_pod`, `run_workload_check`) or Prometheus' client (the metrics names) are
+imported on first use, so the driver and toolkit checks never load them.
 """
 
 import importlib
@@ -46,6 +48,12 @@ from gpuctrl.validator._verdict import (
 )
 
 if typing.TYPE_CHECKING:
+    from gpuctrl.validator._metrics import (
+        NodeProbes,
+        NodeStatusCollector,
+        count_gpu_resources,
+        count_nvidia_pci_devices,
+    )
     from gpuctrl.validator._workload import (
         RetryPolicy,
         WorkloadCheck,
@@ -63,6 +71,8 @@ __all__ = [
     "Evicted",
     "Failed",
     "InvalidOverrides",
+    "NodeProbes",
+    "NodeStatusCollector",
     "Passed",
     "Pending",
     "PodOwner",
@@ -77,6 +87,8 @@ __all__ = [
     "build_workload_pod",
     "builtin_template",
     "clear_status",
+    "count_gpu_resources",
+    "count_nvidia_pci_devices",
     "driver_command",
     "overrides_field",
     "overrides_problems",
@@ -92,12 +104,20 @@ __all__ = [
     "write_status",
 ]
 
-_LAZY = frozenset(
-    {"RetryPolicy", "WorkloadCheck", "WorkloadPod", "build_workload_pod", "run_workload_check"}
-)
+# Each name imported on first use, and the module it comes from.
+_LAZY = {
+    **dict.fromkeys(
+        ("RetryPolicy", "WorkloadCheck", "WorkloadPod", "build_workload_pod", "run_workload_check"),
+        "gpuctrl.validator._workload",
+    ),
+    **dict.fromkeys(
+        ("NodeProbes", "NodeStatusCollector", "count_gpu_resources", "count_nvidia_pci_devices"),
+        "gpuctrl.validator._metrics",
+    ),
+}
 
 
 def __getattr__(name: str) -> object:
     if name in _LAZY:
-        return getattr(importlib.import_module("gpuctrl.validator._workload"), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,9 +1,11 @@
-"""``gpuctrl validate driver|toolkit|cuda|plugin``: one check, its status file, its exit code.
+"""``gpuctrl validate driver|toolkit|cuda|plugin``: one check, its status file, its exit code;
+``gpuctrl validate metrics``: the node status exporter, serving the checks' gauges until stopped.
 
 Exit codes: 0 the check passed (``<output-dir>/<check>-ready`` written), 1 it failed, 2 the
 input is invalid (a broken template or overrides file, a missing ConfigMap key, ...). The
 driver check's file is the env NVIDIA's images source (`driver_ready_env`); the others hold
-the check's report.
+the check's report. The exporter (`gpuctrl.validator._exporter`) exits 0 on SIGTERM or SIGINT,
+2 on invalid input or a port it cannot bind.
 
 In the validator DaemonSet each check is an init container. For the cuda and plugin checks
 the agent learns its own pod from the downward API through two environment variables, both
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -84,10 +87,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         ("plugin", "run the device-plugin workload pod (one nvidia.com/gpu) on the node"),
     ):
         _add_workload_arguments(checks.add_parser(name, help=summary))
+    _add_metrics_arguments(
+        checks.add_parser("metrics", help="serve the node's status as Prometheus gauges")
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the chosen check: clear its status file, run it, write the file if it passed."""
+    """Run the chosen check: clear its status file, run it, write the file if it passed.
+    ``metrics`` serves the node status gauges until SIGTERM or SIGINT instead."""
+    if args.check == "metrics":
+        return _serve_metrics(args)
     clear_status(args.output_dir, args.check)
     try:
         passed, report = _run_check(args)
@@ -166,11 +175,86 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    add_log_format(parser)
+    parser.add_argument(
+        "--port", type=_port, default=8000, help="serve /metrics on this port (default 8000)"
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=DEFAULT_OUTPUT_DIR,
+        help=f"where the checks write <check>-ready (default {DEFAULT_OUTPUT_DIR})",
+    )
+    parser.add_argument(
+        "--host-root",
+        type=Path,
+        default=Path("/host"),
+        help="the host's root: its sys/bus/pci/devices and, without a driver container's, "
+        "its driver (default /host)",
+    )
+    parser.add_argument(
+        "--driver-root",
+        type=Path,
+        default=Path("/run/nvidia/driver"),
+        help="where a driver container installs the driver (default /run/nvidia/driver)",
+    )
+    parser.add_argument("--node", required=True, help="this node's name (the gauges' label)")
+    parser.add_argument("--kubeconfig", type=Path, help="use this kubeconfig, not in-cluster")
+    parser.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="run the driver check and count the Node's GPUs and the PCI devices this often "
+        "(default 60)",
+    )
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return int(text)
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
+
+
+def _serve_metrics(args: argparse.Namespace) -> int:
+    from gpuctrl.runtime import configure_logging
+    from gpuctrl.validator._exporter import CannotServe, ExporterSettings, serve
+
+    settings = ExporterSettings(
+        port=args.port,
+        node=args.node,
+        output_dir=args.output_dir,
+        host_root=args.host_root,
+        driver_root=args.driver_root,
+        interval=args.interval,
+    )
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signal_number, stop.set)
+        api = await _api_client(args.kubeconfig)
+        configure_logging(json_lines=args.log_format == "json")  # once the input is known good
+        try:
+            await serve(settings, api, stop)
+        finally:
+            await api.close()
+
+    try:
+        asyncio.run(main())
+    except (InvalidInput, CannotServe) as error:
+        print(f"gpuctrl validate metrics: {error}", file=sys.stderr)
+        return _INVALID
+    return 0
 
 
 def _run_check(args: argparse.Namespace) -> tuple[bool, str]:
