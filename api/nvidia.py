@@ -59,7 +59,16 @@ _CARRIED = {
     "devicePlugin": (*_IMAGE, *_COMMON, "config"),
     "gfd": (*_IMAGE, *_COMMON, "hostNetwork"),
     "dcgm": (*_IMAGE, *_COMMON, "hostNetwork"),
-    "dcgmExporter": (*_IMAGE, *_COMMON, "config", "service", "hostNetwork", "hostPID"),
+    "dcgmExporter": (
+        *_IMAGE,
+        *_COMMON,
+        "config",
+        "service",
+        "serviceMonitor",
+        "hostNetwork",
+        "hostPID",
+    ),
+    "nodeStatusExporter": _COMMON,
     "mig": ("strategy",),
     "cdi": ("enabled",),
 }
@@ -135,6 +144,7 @@ IMAGE_SECTIONS: tuple[tuple[str, ...], ...] = (
     ("gfd",),
     ("dcgm",),
     ("dcgmExporter",),
+    ("nodeStatusExporter",),
 )
 # NVIDIA's defaults that mean "nothing set": not reported when left as they are.
 _NVIDIA_DEFAULTS = {
@@ -143,6 +153,8 @@ _NVIDIA_DEFAULTS = {
     ("driver", "licensingConfig", "nlsEnabled"): True,
 }
 _VALIDATOR_CHECK_FIELDS = ("env",)
+# NVIDIA's sections of its validator image, which gpuctrl's agent image replaces.
+_AGENT_SECTIONS = ("validator", "nodeStatusExporter")
 # The fields gpuctrl carries of NVIDIA's nested settings, by (section, field).
 _NESTED_FIELDS = {
     ("driver", "repoConfig"): ("configMapName",),
@@ -150,10 +162,18 @@ _NESTED_FIELDS = {
     ("devicePlugin", "config"): ("name", "default"),
     ("dcgmExporter", "config"): ("name",),
     ("dcgmExporter", "service"): ("type", "internalTrafficPolicy"),
+    ("dcgmExporter", "serviceMonitor"): (
+        "enabled",
+        "interval",
+        "scrapeTimeout",
+        "honorLabels",
+        "additionalLabels",
+        "relabelings",
+    ),
 }
 # NVIDIA's sections that are operands (a DaemonSet each); the others are settings.
 OPERANDS = (
-    "migManager", "nodeStatusExporter", "gds", "gdrcopy",
+    "migManager", "gds", "gdrcopy",
     "vgpuManager", "vgpuDeviceManager", "vfioManager", "sandboxDevicePlugin", "kataManager",
     "ccManager", "kataSandboxDevicePlugin",
 )  # fmt: skip
@@ -395,8 +415,8 @@ def _section(
     out: dict[str, Any] = {}
     for key, field_value in value.items():
         where = f"{path}.{key}"
-        if section == "validator" and key in _IMAGE:
-            dropped.append(f"{where}: gpuctrl runs its own validator agent image")
+        if section in _AGENT_SECTIONS and key in _IMAGE:
+            dropped.append(f"{where}: gpuctrl runs its own agent image")
         elif section == "toolkit" and key in _IMAGE:
             # gpuctrl's agent runs the toolkit; NVIDIA's image still supplies the runtime.
             out.setdefault("runtimeImage", {})[key] = field_value

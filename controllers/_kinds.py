@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from api.v1alpha1 import CLUSTER_POLICY, POD_POLICY
+from api.v1alpha1 import CLUSTER_POLICY, POD_POLICY, SERVICE_MONITOR_CRD
 from gpuctrl.runtime import Resource
 
 __all__ = [
@@ -10,10 +10,12 @@ __all__ = [
     "CLUSTER_ROLES",
     "CLUSTER_ROLE_BINDINGS",
     "CONFIG_MAPS",
+    "CRDS",
     "DAEMON_SETS",
     "MANAGED_SELECTOR",
     "NAMESPACES",
     "NODES",
+    "OPTIONAL",
     "OWNED",
     "PODS",
     "POD_POLICIES",
@@ -22,6 +24,7 @@ __all__ = [
     "RUNTIME_CLASSES",
     "SERVICES",
     "SERVICE_ACCOUNTS",
+    "SERVICE_MONITORS",
 ]
 
 CLUSTER_POLICIES = Resource(*CLUSTER_POLICY)
@@ -40,6 +43,10 @@ CLUSTER_ROLE_BINDINGS = Resource(
     "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", False
 )
 RUNTIME_CLASSES = Resource("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False)
+CRDS = Resource(
+    "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False
+)
+SERVICE_MONITORS = Resource("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors")
 
 # Every object gpuctrl renders carries this label (see controllers.render).
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpuctrl"
@@ -57,4 +64,10 @@ OWNED = {
         SERVICES,
         RUNTIME_CLASSES,
     )
+}
+# The kinds an operand may render whose CRD a cluster may lack, by (apiVersion, kind), with
+# their CRD's name: never cached (an informer of a kind the apiserver does not serve never
+# syncs), so read, applied and pruned through the apiserver, and only where the CRD is served.
+OPTIONAL = {
+    (r.api_version, r.kind): (r, crd) for r, crd in ((SERVICE_MONITORS, SERVICE_MONITOR_CRD),)
 }

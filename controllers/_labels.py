@@ -33,6 +33,7 @@ DEPLOY_LABELS = {
     "gpu-feature-discovery": "nvidia.com/gpu.deploy.gpu-feature-discovery",
     "dcgm": "nvidia.com/gpu.deploy.dcgm",
     "dcgm-exporter": "nvidia.com/gpu.deploy.dcgm-exporter",
+    "node-status-exporter": "nvidia.com/gpu.deploy.node-status-exporter",
 }
 """Each gpuctrl component's deploy label (NVIDIA's names, which its DaemonSet selects)."""
 READ_LABELS = (

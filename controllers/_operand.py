@@ -24,13 +24,22 @@ from prometheus_client import Gauge
 from api.v1alpha1 import ClusterPolicy
 from controllers._apply import needs_apply, with_hash
 from controllers._honoured import Policy, add_policy_controller, honoured, to_honoured
-from controllers._kinds import CONFIG_MAPS, DAEMON_SETS, NODES, OWNED
+from controllers._kinds import (
+    CONFIG_MAPS,
+    CRDS,
+    DAEMON_SETS,
+    MANAGED_SELECTOR,
+    NODES,
+    OPTIONAL,
+    OWNED,
+)
 from controllers._readiness import PENDING, DaemonSetReadiness, daemonset_readiness, summary
 from controllers._reads import (
     cached,
     cluster_facts,
     node_role_changed,
     owned_objects,
+    prunable,
     watches,
 )
 from controllers._status import INVALID_SPEC, PolicyStatus, condition
@@ -44,7 +53,9 @@ from gpuctrl.runtime import (
     Controller,
     Event,
     Manager,
+    NotFound,
     Request,
+    Resource,
     Result,
     TooManyRequests,
     resource_version_changed,
@@ -73,9 +84,11 @@ class Operand:
     """One operand: its ``component`` (label value, controller name, field manager suffix),
     the ``condition`` type it owns, whether a policy ``enabled`` it, which GPU nodes it
     cannot serve (``unplaced``: the driver's nodes without NFD OS labels), the errors that
-    keep its last good objects in place (``blocked``: the driver's repository errors), and the
+    keep its last good objects in place (``blocked``: the driver's repository errors), the
     nodes whose pods run but are not yet known good (``unsettled``: the driver's nodes not done
-    with an upgrade, see `controllers.upgrade`)."""
+    with an upgrade, see `controllers.upgrade`), what its settings need that the cluster lacks
+    while the rest is applied (``missing``: the exporter's ServiceMonitor CRD), and the
+    `OPTIONAL` kinds it may render (``optional``: read and pruned through the apiserver)."""
 
     component: str
     condition: str
@@ -83,6 +96,8 @@ class Operand:
     unplaced: Callable[[ClusterPolicy, ClusterFacts], list[str]] = lambda policy, facts: []
     blocked: Callable[[ClusterPolicy, ClusterFacts], list[str]] = lambda policy, facts: []
     unsettled: Callable[[ClusterPolicy, ClusterFacts], list[str]] = lambda policy, facts: []
+    missing: Callable[[ClusterPolicy, ClusterFacts], list[str]] = lambda policy, facts: []
+    optional: tuple[Resource, ...] = ()
 
     @property
     def field_manager(self) -> str:
@@ -107,6 +122,7 @@ def setup_operand(
     sources = [
         *watches(cache, NODES, namespace, policy, (node_role_changed,)),
         *watches(cache, CONFIG_MAPS, namespace, policy, (resource_version_changed,)),
+        *watches(cache, CRDS, namespace, policy, (resource_version_changed,)),
         *(
             watch
             for resource in OWNED.values()
@@ -173,16 +189,21 @@ class OperandReconciler:
                 self._status.event(policy.obj, "Warning", "ApplyFailed", text)
                 await self._condition(policy, False, "ApplyFailed", text)
                 raise  # retried with backoff: the cause may be the cluster's, not the spec's
-        await self._prune(policy, desired)
+        await self._prune(policy, desired, facts)
         await self._report(policy, policy.model, facts, desired)
         return None
 
     async def _apply(self, policy: Policy, obj: dict[str, Any]) -> None:
-        resource = OWNED[(obj["apiVersion"], obj["kind"])]
+        key = (obj["apiVersion"], obj["kind"])
         meta = obj["metadata"]
-        current = cached(
-            self._cache, resource, self._namespace, meta["name"], meta.get("namespace")
-        )
+        if key in OPTIONAL:
+            resource = OPTIONAL[key][0]
+            current = await self._uncached(resource, meta["name"], meta.get("namespace"))
+        else:
+            resource = OWNED[key]
+            current = cached(
+                self._cache, resource, self._namespace, meta["name"], meta.get("namespace")
+            )
         if not needs_apply(obj, current):
             return
         await self._client.apply(
@@ -191,11 +212,35 @@ class OperandReconciler:
         verb = "Created" if current is None else "Updated"
         self._status.event(policy.obj, "Normal", verb, f"{verb} {_describe(obj)}")
 
-    async def _prune(self, policy: Policy, desired: list[dict[str, Any]]) -> None:
-        wanted = {_identity(obj) for obj in desired}
+    async def _uncached(
+        self, resource: Resource, name: str, namespace: str | None
+    ) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = await self._client.get(resource, name, namespace)
+        except NotFound:
+            return None
+        return found
+
+    async def _owned(
+        self, resource: Resource, policy: Policy, facts: ClusterFacts
+    ) -> list[dict[str, Any]]:
+        """The operand's objects of ``resource`` that gpuctrl made for ``policy``: from the
+        cache, or for an optional kind from the apiserver (none where its CRD is not served)."""
         component = self._operand.component
-        for resource in OWNED.values():
-            found = owned_objects(self._cache, resource, self._namespace, component, policy.obj)
+        if resource not in self._operand.optional:
+            return owned_objects(self._cache, resource, self._namespace, component, policy.obj)
+        if OPTIONAL[(resource.api_version, resource.kind)][1] not in facts.crds:
+            return []
+        selector = f"{MANAGED_SELECTOR},{COMPONENT}={component}"
+        found = await self._client.list(resource, self._namespace, label_selector=selector)
+        return [obj for obj in found if prunable(obj, policy.obj)]
+
+    async def _prune(
+        self, policy: Policy, desired: list[dict[str, Any]], facts: ClusterFacts
+    ) -> None:
+        wanted = {_identity(obj) for obj in desired}
+        for resource in (*OWNED.values(), *self._operand.optional):
+            found = await self._owned(resource, policy, facts)
             for obj in found:
                 if _identity(obj) in wanted:
                     continue
@@ -218,6 +263,8 @@ class OperandReconciler:
         unplaced = self._operand.unplaced(model, facts)
         if not self._operand.enabled(model):
             await self._condition(policy, True, "Disabled", f"{component} is disabled")
+        elif missing := self._operand.missing(model, facts):
+            await self._condition(policy, False, "MissingCRD", "; ".join(missing))
         elif not facts.gpu_nodes():
             await self._condition(policy, True, "NoGPUNodes", "no GPU nodes: nothing to run")
         elif unplaced:

@@ -15,8 +15,10 @@ from typing import Any
 from controllers._kinds import (
     CLUSTER_POLICIES,
     CONFIG_MAPS,
+    CRDS,
     MANAGED_SELECTOR,
     NODES,
+    OPTIONAL,
     PODS,
     ROLE_BINDINGS,
     ROLES,
@@ -103,15 +105,39 @@ def _node_summary(node: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": node.get("apiVersion"), "kind": node.get("kind"), "metadata": kept}
 
 
-TRANSFORMS: dict[Resource, Transform] = {NODES: _node_summary, PODS: _pod_summary}
+def _crd_summary(crd: dict[str, Any]) -> dict[str, Any]:
+    """What the controllers read of a CRD: its name and whether it is served (`crd_served`)."""
+    meta = crd["metadata"]
+    kept = {
+        k: meta[k] for k in ("name", "uid", "resourceVersion", "deletionTimestamp") if k in meta
+    }
+    conditions = (crd.get("status") or {}).get("conditions") or ()
+    status = {"conditions": [{k: c.get(k) for k in ("type", "status")} for c in conditions]}
+    return {
+        "apiVersion": crd.get("apiVersion"),
+        "kind": crd.get("kind"),
+        "metadata": kept,
+        "status": status,
+    }
+
+
+TRANSFORMS: dict[Resource, Transform] = {
+    NODES: _node_summary,
+    PODS: _pod_summary,
+    CRDS: _crd_summary,
+}
 """The manager's cache transforms for the resources the controllers trim (Nodes are also
 watched metadata-only)."""
+# The optional kinds' CRDs, watched by name (the manager may read no other CRD).
+[_OPTIONAL_CRD] = [crd for _, crd in OPTIONAL.values()]
 
 
 def _options(resource: Resource) -> dict[str, Any]:
     """The options of the informers the controllers use for ``resource``."""
     if resource == NODES:
         return {"metadata_only": True}
+    if resource == CRDS:
+        return {"field_selector": f"metadata.name={_OPTIONAL_CRD}"}
     if resource in (CLUSTER_POLICIES, CONFIG_MAPS):
         return {}
     return {"label_selector": MANAGED_SELECTOR}
@@ -131,8 +157,8 @@ def informers(cache: Cache, resource: Resource, namespace: str) -> list[Informer
     every ClusterPolicy; every Node, metadata only, indexed by `node_state`; the operand
     namespace's ConfigMaps (referenced ones are not gpuctrl's); gpuctrl's objects of any other
     kind in the operand namespace, Roles and RoleBindings also in `NODE_EVENTS_NAMESPACE`
-    (the validator's), and cluster-scoped ones. Nothing is watched in another namespace, so
-    the manager needs no read access there."""
+    (the validator's), and cluster-scoped ones; the optional kinds' CRDs by name. Nothing is
+    watched in another namespace, so the manager needs no read access there."""
     found = []
     for where in _scopes(resource, namespace):
         one = cache.informer(resource, namespace=where, **_options(resource))
@@ -308,12 +334,13 @@ def node_role_changed(event: Event) -> bool:
 
 
 def cluster_facts(cache: Cache, namespace: str) -> ClusterFacts:
-    """The render's facts: every Node (by name) with the labels a render reads, and the
-    operand namespace's ConfigMaps."""
+    """The render's facts: every Node (by name) with the labels a render reads, the operand
+    namespace's ConfigMaps, and which optional CRDs are served."""
     return ClusterFacts.from_objects(
         namespace,
         state_nodes(node_states(cache, namespace)),
         cached_list(cache, CONFIG_MAPS, namespace),
+        cached_list(cache, CRDS, namespace),
     )
 
 

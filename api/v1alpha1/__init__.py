@@ -17,8 +17,10 @@ from api.v1alpha1._clusterpolicy import ClusterPolicy, ClusterPolicySpec, honour
 from api.v1alpha1._component import Component, Image, image_reference
 from api.v1alpha1._daemonsets import ContainerRuntime, DaemonsetsSpec, OperatorSpec, RollingUpdate
 from api.v1alpha1._dcgm import (
+    SERVICE_MONITOR_CRD,
     DCGMExporterMetricsConfig,
     DCGMExporterServiceConfig,
+    DCGMExporterServiceMonitorConfig,
     DCGMExporterSpec,
     DCGMSpec,
 )
@@ -28,6 +30,7 @@ from api.v1alpha1._gfd import GFDSpec
 from api.v1alpha1._images import NVIDIA_IMAGES, PinnedImage
 from api.v1alpha1._mig import MIGSpec, MIGStrategy
 from api.v1alpha1._names import CLUSTER_POLICY, POD_POLICY, KindNames
+from api.v1alpha1._nodestatus import NodeStatusExporterSpec
 from api.v1alpha1._podpolicy import (
     LabelSelector,
     LabelSelectorRequirement,
@@ -83,6 +86,7 @@ __all__ = [
     "CONTAINERD_DEFAULTS",
     "NVIDIA_IMAGES",
     "POD_POLICY",
+    "SERVICE_MONITOR_CRD",
     "CDISpec",
     "CertConfig",
     "ClusterPolicy",
@@ -95,6 +99,7 @@ __all__ = [
     "ContainerdSettings",
     "DCGMExporterMetricsConfig",
     "DCGMExporterServiceConfig",
+    "DCGMExporterServiceMonitorConfig",
     "DCGMExporterSpec",
     "DCGMSpec",
     "DaemonsetsSpec",
@@ -118,6 +123,7 @@ __all__ = [
     "MIGStrategy",
     "Mesh",
     "MeshOptOut",
+    "NodeStatusExporterSpec",
     "OperatorSpec",
     "PinnedImage",
     "PodPolicy",

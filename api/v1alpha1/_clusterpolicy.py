@@ -16,6 +16,7 @@ from api.v1alpha1._deviceplugin import DevicePluginSpec
 from api.v1alpha1._driver import DriverSpec
 from api.v1alpha1._gfd import GFDSpec
 from api.v1alpha1._mig import MIGSpec
+from api.v1alpha1._nodestatus import NodeStatusExporterSpec
 from api.v1alpha1._status import ClusterPolicyStatus
 from api.v1alpha1._toolkit import ToolkitSpec
 from api.v1alpha1._validator import ValidatorSpec
@@ -44,6 +45,10 @@ class ClusterPolicySpec(ApiModel):
     dcgm: DCGMSpec = Field(default_factory=DCGMSpec, description="NVIDIA's DCGM host engine.")
     dcgm_exporter: DCGMExporterSpec = Field(
         default_factory=DCGMExporterSpec, description="NVIDIA's DCGM exporter."
+    )
+    node_status_exporter: NodeStatusExporterSpec = Field(
+        default_factory=NodeStatusExporterSpec,
+        description="The validator's status files as Prometheus metrics.",
     )
     mig: MIGSpec = Field(default_factory=MIGSpec, description="How MIG devices are advertised.")
     cdi: CDISpec = Field(

@@ -41,6 +41,7 @@ TargetComponent = Literal[
     "gpu-feature-discovery",
     "dcgm",
     "dcgm-exporter",
+    "node-status-exporter",
 ]
 
 

@@ -104,6 +104,10 @@ def validate(policy: ClusterPolicy) -> list[Problem]:
         label_problems("spec.daemonsets.labels", spec.daemonsets.labels),
         annotation_problems("spec.daemonsets.annotations", spec.daemonsets.annotations),
         label_problems("spec.daemonsets.nodeSelector", spec.daemonsets.node_selector),
+        label_problems(
+            "spec.dcgmExporter.serviceMonitor.additionalLabels",
+            spec.dcgm_exporter.service_monitor.additional_labels,
+        ),
         toleration_problems("spec.daemonsets.tolerations", spec.daemonsets.tolerations),
         _workload_problems(spec.validator.workloads, "spec.validator.workloads."),
         _image("spec.toolkit.runtimeImage", spec.toolkit.runtime_image),

@@ -11,6 +11,7 @@ manager would trip over in the repository and CA ConfigMaps.
 """
 
 from controllers.render._account import NODE_EVENTS_NAMESPACE
+from controllers.render._dcgm import missing_crds
 from controllers.render._driver import nodes_without_driver
 from controllers.render._errors import InvalidDevicePluginConfig, MissingConfigMap, RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts, NodeFacts, OsRelease
@@ -37,6 +38,7 @@ __all__ = [
     "RepoProblem",
     "builtin_workload_templates",
     "check_repo_config",
+    "missing_crds",
     "next_certificate_change",
     "nodes_without_driver",
     "render",

@@ -14,13 +14,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from api.v1alpha1 import ClusterPolicy, image_reference
+from api.v1alpha1 import SERVICE_MONITOR_CRD, ClusterPolicy, image_reference, wire
 from controllers.render._account import Permissions, account_objects
 from controllers.render._agents import VALIDATOR_STATUS_DIR
 from controllers.render._engine import render_template
 from controllers.render._errors import RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts
-from controllers.render._meta import CONFIG_HASH, config_hash, daemonset_context, metadata
+from controllers.render._meta import (
+    CONFIG_HASH,
+    SELECTOR,
+    config_hash,
+    daemonset_context,
+    metadata,
+)
 from controllers.render._service import service_objects
 
 __all__ = [
@@ -28,6 +34,7 @@ __all__ = [
     "EXPORTER_PORT",
     "METRICS_KEY",
     "metrics_problems",
+    "missing_crds",
     "render_dcgm",
     "render_dcgm_exporter",
 ]
@@ -43,6 +50,7 @@ METRICS_KEY = "dcgm-metrics.csv"
 _METRICS_PATH = "/etc/dcgm-exporter/" + METRICS_KEY
 _DEFAULT_METRICS = "/etc/dcgm-exporter/dcp-metrics-included.csv"
 _POD_RESOURCES = "/var/lib/kubelet/pod-resources"
+_METRICS_PORT_NAME = "gpu-metrics"
 _REMOTE_ENGINE = "DCGM_REMOTE_HOSTENGINE_INFO"
 # The Prometheus types NVIDIA's exporter accepts in a metrics file's second column.
 _METRIC_TYPES = ("gauge", "counter", "histogram", "summary", "label")
@@ -134,15 +142,54 @@ def render_dcgm_exporter(policy: ClusterPolicy, facts: ClusterFacts) -> list[dic
         host_pid=exporter.host_pid,
     )
     service = exporter.service
-    return objects + service_objects(
+    objects += service_objects(
         policy,
         facts,
         EXPORTER,
         name,
-        ("gpu-metrics", EXPORTER_PORT),
+        (_METRICS_PORT_NAME, EXPORTER_PORT),
         type_=service.type,
         internal_traffic_policy=service.internal_traffic_policy,
         annotations={"prometheus.io/scrape": "true", "prometheus.io/port": str(EXPORTER_PORT)},
+    )
+    if exporter.service_monitor.enabled and SERVICE_MONITOR_CRD in facts.crds:
+        objects += _service_monitor(policy, facts, name)
+    return objects
+
+
+def missing_crds(policy: ClusterPolicy, facts: ClusterFacts) -> list[str]:
+    """What the exporter's settings need that the cluster lacks: the Prometheus Operator's
+    ServiceMonitor CRD while ``serviceMonitor.enabled``."""
+    exporter = policy.spec.dcgm_exporter
+    wanted = exporter.enabled and exporter.service_monitor.enabled
+    if wanted and SERVICE_MONITOR_CRD not in facts.crds:
+        return [
+            f"spec.dcgmExporter.serviceMonitor.enabled, but CRD {SERVICE_MONITOR_CRD} is "
+            "not installed: install the Prometheus Operator's CRDs or turn it off; the "
+            "exporter runs on without a ServiceMonitor"
+        ]
+    return []
+
+
+def _service_monitor(policy: ClusterPolicy, facts: ClusterFacts, name: str) -> list[dict[str, Any]]:
+    """The ServiceMonitor of the exporter's Service, as NVIDIA's with the user's settings."""
+    monitor = policy.spec.dcgm_exporter.service_monitor
+    endpoint: dict[str, Any] = {"port": _METRICS_PORT_NAME, "path": "/metrics"}
+    if monitor.interval:
+        endpoint["interval"] = monitor.interval
+    if monitor.scrape_timeout:
+        endpoint["scrapeTimeout"] = monitor.scrape_timeout
+    if monitor.honor_labels:
+        endpoint["honorLabels"] = True
+    if monitor.relabelings:
+        endpoint["relabelings"] = [wire(step) for step in monitor.relabelings]
+    labels = {**monitor.additional_labels, SELECTOR: name}
+    return render_template(
+        "servicemonitor.yaml.j2",
+        metadata=metadata(policy, EXPORTER, name, facts.namespace, labels),
+        selector={SELECTOR: name},
+        namespace=facts.namespace,
+        endpoint=endpoint,
     )
 
 

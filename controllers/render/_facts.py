@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controllers.render._errors import MissingConfigMap
 
-__all__ = ["ClusterFacts", "ConfigMapFacts", "NodeFacts", "OsRelease", "is_gpu_node"]
+__all__ = ["ClusterFacts", "ConfigMapFacts", "NodeFacts", "OsRelease", "crd_served", "is_gpu_node"]
 
 # NFD's labels of the node's /etc/os-release.
 OS_ID_LABEL = "feature.node.kubernetes.io/system-os_release.ID"
@@ -61,17 +61,29 @@ class ConfigMapFacts(_Frozen):
     data: Mapping[str, str] = Field(default_factory=dict)
 
 
+def crd_served(crd: Mapping[str, Any]) -> bool:
+    """Whether the apiserver takes new objects of ``crd``: Established, not being deleted."""
+    conditions = (crd.get("status") or {}).get("conditions") or ()
+    established = any(
+        c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+    )
+    return established and not crd["metadata"].get("deletionTimestamp")
+
+
 def is_gpu_node(node: NodeFacts) -> bool:
     """Whether ``node`` has an NVIDIA GPU, by gpuctrl's / NVIDIA's / NFD's labels."""
     return any(node.labels.get(label) == "true" for label in GPU_LABELS)
 
 
 class ClusterFacts(_Frozen):
-    """Everything of the cluster a render reads; ConfigMaps are those of ``namespace``."""
+    """Everything of the cluster a render reads; ConfigMaps are those of ``namespace``;
+    ``crds``: the names of the optional CRDs that are established (a ServiceMonitor is rendered
+    only where its CRD is)."""
 
     namespace: str = "gpuctrl"
     nodes: tuple[NodeFacts, ...] = ()
     config_maps: tuple[ConfigMapFacts, ...] = ()
+    crds: frozenset[str] = frozenset()
 
     @classmethod
     def from_objects(
@@ -79,13 +91,18 @@ class ClusterFacts(_Frozen):
         namespace: str,
         nodes: Iterable[Mapping[str, Any]],
         config_maps: Iterable[Mapping[str, Any]],
+        crds: Iterable[Mapping[str, Any]] = (),
     ) -> ClusterFacts:
-        """Facts from Kubernetes objects (Node and ConfigMap mappings as the apiserver sends them).
+        """Facts from Kubernetes objects (Node, ConfigMap and CustomResourceDefinition mappings
+        as the apiserver sends them).
 
-        ConfigMaps outside ``namespace`` are left out; binaryData is not read.
+        ConfigMaps outside ``namespace`` are left out; binaryData is not read; a CRD counts
+        when its Established condition is True and it is not being deleted (the apiserver
+        then refuses new objects of it).
         """
         return cls(
             namespace=namespace,
+            crds=frozenset(c["metadata"]["name"] for c in crds if crd_served(c)),
             nodes=tuple(
                 NodeFacts(name=n["metadata"]["name"], labels=n["metadata"].get("labels") or {})
                 for n in nodes

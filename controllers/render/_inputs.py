@@ -1,4 +1,5 @@
-"""Reading ``gpuctrl render`` input: YAML streams of one ClusterPolicy, Nodes and ConfigMaps.
+"""Reading ``gpuctrl render`` input: YAML streams of one ClusterPolicy, Nodes, ConfigMaps and
+the CustomResourceDefinitions to take as installed (the Prometheus Operator's ServiceMonitor).
 
 PodPolicies may sit beside them (the samples keep a policy and its PodPolicy in one file); the
 webhook, not render, acts on them, but they are validated so a broken one is reported here.
@@ -26,6 +27,7 @@ from controllers.render._facts import ClusterFacts
 __all__ = ["RenderInput", "read_inputs", "to_yaml"]
 
 _Loaded = TypeVar("_Loaded")
+_ESTABLISHED = {"conditions": [{"type": "Established", "status": "True"}]}
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ def read_inputs(paths: Sequence[Path], namespace: str) -> RenderInput:
     policies: list[_Document] = []
     nodes: list[dict[str, Any]] = []
     config_maps: list[dict[str, Any]] = []
+    crds: list[dict[str, Any]] = []
     unreadable = False
     for path in paths:
         documents = _documents(path, problems)
@@ -56,6 +59,8 @@ def read_inputs(paths: Sequence[Path], namespace: str) -> RenderInput:
                 nodes.append(doc)
             elif key == ("v1", "ConfigMap"):
                 config_maps.append(doc)
+            elif key == ("apiextensions.k8s.io/v1", "CustomResourceDefinition"):
+                crds.append({**doc, "status": _ESTABLISHED})  # given: taken as installed
             elif key == ("gpuctrl.io/v1alpha1", "PodPolicy"):
                 _check(load_pod_policy, document, problems)
             else:
@@ -65,9 +70,9 @@ def read_inputs(paths: Sequence[Path], namespace: str) -> RenderInput:
         problems.append(Problem("input", f"expected one ClusterPolicy, found {found}"))
     policy = _check(load_cluster_policy, policies[0], problems) if len(policies) == 1 else None
     try:
-        facts = ClusterFacts.from_objects(namespace, nodes, config_maps)
+        facts = ClusterFacts.from_objects(namespace, nodes, config_maps, crds)
     except (KeyError, TypeError, ValueError) as error:
-        problems.append(Problem("input", f"a Node or ConfigMap is malformed: {error}"))
+        problems.append(Problem("input", f"a Node, ConfigMap or CRD is malformed: {error}"))
     if problems or policy is None:
         raise InvalidPolicy(problems)
     return RenderInput(policy, facts)

@@ -26,11 +26,11 @@ def service_objects(
 ) -> list[dict[str, Any]]:
     """Service ``name`` of ``component`` selecting the pods of DaemonSet ``name`` on ``port``
     (its name and number, the same on the pods); ``Local`` by default: a client reaches the
-    pod on its own node."""
+    pod on its own node. It carries the pods' ``app`` label too (a ServiceMonitor's job)."""
     port_name, number = port
     return render_template(
         "service.yaml.j2",
-        metadata=metadata(policy, component, name, facts.namespace, annotations=annotations),
+        metadata=metadata(policy, component, name, facts.namespace, {SELECTOR: name}, annotations),
         type=type_,
         internal_traffic_policy=internal_traffic_policy,
         selector={SELECTOR: name},

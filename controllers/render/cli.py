@@ -1,12 +1,12 @@
 """``gpuctrl render``: print the objects a ClusterPolicy asks for, without a cluster.
 
-Input files are YAML streams holding one ClusterPolicy and optionally the Nodes and the
-ConfigMaps (of ``--namespace``) it should see. Invalid input exits 2 after printing every
-problem with its path, and writes nothing; so does a driver repository configuration with
-errors (`check_repo_config`, the checks of ``gpuctrl check-repo``), whose warnings go to
-stderr. GPU nodes left without a driver DaemonSet (NFD has not labelled their OS) are named in
-a warning on stderr, and without any GPU Node a note says the driver DaemonSets are left out;
-the render still succeeds.
+Input files are YAML streams holding one ClusterPolicy and optionally the Nodes, the ConfigMaps
+(of ``--namespace``) and the CRDs (taken as installed) it should see. Invalid input exits 2
+after printing every problem with its path, and writes nothing; so does a driver repository
+configuration with errors (`check_repo_config`, the checks of ``gpuctrl check-repo``), whose
+warnings go to stderr. GPU nodes left without a driver DaemonSet (NFD has not labelled their
+OS) are named in a warning on stderr, and without any GPU Node a note says the driver
+DaemonSets are left out; the render still succeeds.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="append",
         type=Path,
         required=True,
-        help="YAML stream with a ClusterPolicy and optionally Nodes and ConfigMaps (repeatable)",
+        help="YAML stream: a ClusterPolicy, optionally Nodes, ConfigMaps, CRDs (repeatable)",
     )
     parser.add_argument(
         "-o", "--output-dir", type=Path, help="write one file per object here instead of stdout"

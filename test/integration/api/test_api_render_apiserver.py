@@ -153,6 +153,7 @@ policies = st.fixed_dictionaries(
             env,
         ).map(lambda t: {**t[0], "workloads": t[1], "cuda": {"env": t[2]}}),
         "devicePlugin": image_parts,
+        "nodeStatusExporter": image_parts,
         "dcgm": st.tuples(image_parts, st.booleans()).map(lambda t: {**t[0], "hostNetwork": t[1]}),
         "dcgmExporter": st.tuples(
             image_parts,

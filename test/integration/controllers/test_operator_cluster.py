@@ -7,10 +7,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 from operator_helpers import (
     CONFIG_MAPS,
     DAEMON_SETS,
@@ -146,6 +148,7 @@ async def test_mixed_os_cluster_converges(
             "GFDReady",
             "DCGMReady",
             "DCGMExporterReady",
+            "NodeStatusExporterReady",
             "DriverUpgrade",
             "Ready",
         ),
@@ -359,6 +362,35 @@ async def test_the_standalone_dcgm_runs_behind_a_node_local_service_for_the_expo
     await converged(client)
 
 
+async def test_the_node_status_exporter_is_deployed_counted_and_removed(
+    operator: Running, client: Client
+) -> None:
+    label = "nvidia.com/gpu.deploy.node-status-exporter"
+    found = conditions(await status_of(client, POLICY))["NodeStatusExporterReady"]
+    assert (found["status"], found["reason"]) == ("True", "Disabled")  # off by default
+    await patch_policy(client, {"nodeStatusExporter": {"enabled": True}})
+    status = await converged(client)
+    found = conditions(status)["NodeStatusExporterReady"]
+    assert (found["reason"], found["message"]) == (
+        "Reconciled",
+        "node-status-exporter: 4/4 nodes ready",
+    )
+    assert status["readyNodes"] == "4/4"  # its pods counted with the others'
+    assert len(await client.list(NODES, label_selector=f"{label}=true")) == 4
+    service = await client.get(SERVICES, "gpuctrl-node-status-exporter", NAMESPACE)
+    assert service["spec"]["internalTrafficPolicy"] == "Local"
+    await patch_policy(client, {"nodeStatusExporter": None})
+
+    async def removed() -> None:
+        assert "gpuctrl-node-status-exporter" not in await daemonsets(client, NAMESPACE)
+        services = await client.list(SERVICES, NAMESPACE)
+        assert "gpuctrl-node-status-exporter" not in {s["metadata"]["name"] for s in services}
+        assert await client.list(NODES, label_selector=label) == []
+
+    await eventually(removed, within=30)
+    await converged(client)
+
+
 async def test_custom_metrics_roll_the_exporter_and_a_bad_edit_keeps_the_last_good_file(
     operator: Running, client: Client
 ) -> None:
@@ -397,6 +429,48 @@ async def test_custom_metrics_roll_the_exporter_and_a_bad_edit_keeps_the_last_go
     await client.delete(CONFIG_MAPS, "my-metrics", NAMESPACE)
     env = await exporter_env(client)
     assert env["DCGM_EXPORTER_COLLECTORS"] == "/etc/dcgm-exporter/dcp-metrics-included.csv"
+
+
+CRDS = Resource(
+    "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False
+)
+SERVICE_MONITORS = Resource("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors")
+SERVICE_MONITOR_CRD = Path(__file__).parents[2] / "data/prometheus/servicemonitors-crd.yaml"
+
+
+async def test_the_service_monitor_waits_for_its_crd_and_goes_when_turned_off(
+    operator: Running, client: Client
+) -> None:
+    monitor = {"enabled": True, "interval": "30s", "additionalLabels": {"release": "prom"}}
+    await patch_policy(client, {"dcgmExporter": {"serviceMonitor": monitor}})
+
+    async def missing() -> None:
+        found = conditions(await status_of(client, POLICY))["DCGMExporterReady"]
+        assert (found["status"], found["reason"]) == ("False", "MissingCRD"), found
+        assert "servicemonitors.monitoring.coreos.com is not installed" in found["message"]
+
+    await eventually(missing, within=30)
+    assert "gpuctrl-dcgm-exporter" in await daemonsets(client, NAMESPACE)  # runs regardless
+    crd = yaml.safe_load(SERVICE_MONITOR_CRD.read_text())
+    await client.create(CRDS, crd)
+    try:
+        await converged(client)  # the CRD established: the ServiceMonitor is made
+        made = await client.get(SERVICE_MONITORS, "gpuctrl-dcgm-exporter", NAMESPACE)
+        assert made["metadata"]["labels"]["release"] == "prom"
+        assert made["spec"]["endpoints"][0]["interval"] == "30s"
+        assert made["metadata"]["ownerReferences"][0]["name"] == POLICY
+        service = await client.get(SERVICES, "gpuctrl-dcgm-exporter", NAMESPACE)
+        selected = made["spec"]["selector"]["matchLabels"].items()
+        assert selected <= service["metadata"]["labels"].items()
+        await patch_policy(client, {"dcgmExporter": {"serviceMonitor": None}})
+
+        async def pruned() -> None:
+            assert await client.list(SERVICE_MONITORS, NAMESPACE) == []
+
+        await eventually(pruned, within=30)
+        await converged(client)
+    finally:
+        await client.delete(CRDS, crd["metadata"]["name"])
 
 
 async def test_a_second_policy_is_ignored(operator: Running, client: Client) -> None:

@@ -168,6 +168,9 @@ async def foreign_rbac_out_of_reach(plane: ControlPlane) -> None:
             pytest.fail(f"the manager may {what}")
 
 
+SERVICE_MONITOR_CRD = Path(__file__).parents[2] / "data" / "prometheus" / "servicemonitors-crd.yaml"
+
+
 async def check_privileges(plane: ControlPlane) -> None:
     # What each account must and must not do, as the apiserver's RBAC authorizer answers.
     allowed = [
@@ -202,6 +205,14 @@ async def check_privileges(plane: ControlPlane) -> None:
             "-n=default",
         ),
         ("gpuctrl-manager", "update", "clusterpolicies.gpuctrl.io", "--subresource=finalizers"),
+        # The DCGM exporter's ServiceMonitor: its CRD watched by name, the objects in its namespace.
+        (
+            "gpuctrl-manager",
+            "watch",
+            "customresourcedefinitions.apiextensions.k8s.io/servicemonitors.monitoring.coreos.com",
+        ),
+        ("gpuctrl-manager", "create", "servicemonitors.monitoring.coreos.com", f"-n={NAMESPACE}"),
+        ("gpuctrl-manager", "create", "services", f"-n={NAMESPACE}"),
         ("gpuctrl-webhook", "list", "podpolicies.gpuctrl.io"),
         ("gpuctrl-webhook", "get", "secrets/gpuctrl-webhook-tls", f"-n={NAMESPACE}"),
         ("gpuctrl-webhook", "update", "secrets/gpuctrl-webhook-tls", f"-n={NAMESPACE}"),
@@ -223,6 +234,20 @@ async def check_privileges(plane: ControlPlane) -> None:
         ("gpuctrl-manager", "update", "leases.coordination.k8s.io/other", f"-n={NAMESPACE}"),
         ("gpuctrl-manager", "delete", "nodes"),
         ("gpuctrl-manager", "create", "pods", "-n=kube-system"),
+        # No other CRD, no CRD written; no ServiceMonitor or Service elsewhere.
+        ("gpuctrl-manager", "list", "customresourcedefinitions.apiextensions.k8s.io"),
+        (
+            "gpuctrl-manager",
+            "get",
+            "customresourcedefinitions.apiextensions.k8s.io/clusterpolicies.gpuctrl.io",
+        ),
+        (
+            "gpuctrl-manager",
+            "patch",
+            "customresourcedefinitions.apiextensions.k8s.io/servicemonitors.monitoring.coreos.com",
+        ),
+        ("gpuctrl-manager", "create", "servicemonitors.monitoring.coreos.com", "-n=default"),
+        ("gpuctrl-manager", "list", "services", "-n=kube-system"),
         # No RBAC it does not render: not cluster-admin, not its own or the webhook's.
         ("gpuctrl-manager", "update", "clusterroles.rbac.authorization.k8s.io/cluster-admin"),
         ("gpuctrl-manager", "patch", "clusterroles.rbac.authorization.k8s.io/cluster-admin"),
@@ -245,10 +270,17 @@ async def check_privileges(plane: ControlPlane) -> None:
         ("gpuctrl-webhook", "update", "podpolicies.gpuctrl.io", "--subresource=status"),
         ("gpuctrl-webhook", "list", "pods", f"-n={NAMESPACE}"),
     ]
-    for account, *question in allowed:
-        assert await can_i(plane, account, *question), (account, question)
-    for account, *question in denied:
-        assert not await can_i(plane, account, *question), (account, question)
+    # kubectl names a custom resource only once its CRD is served: the Prometheus Operator's.
+    crd = ("-f", str(SERVICE_MONITOR_CRD))
+    await kubectl(plane.kubeconfig, "apply", "--server-side", *crd)
+    await kubectl(plane.kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", *crd)
+    try:
+        for account, *question in allowed:
+            assert await can_i(plane, account, *question), (account, question)
+        for account, *question in denied:
+            assert not await can_i(plane, account, *question), (account, question)
+    finally:
+        await kubectl(plane.kubeconfig, "delete", *crd)
 
 
 async def check_install(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:

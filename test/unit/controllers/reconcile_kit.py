@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers._kinds import CLUSTER_POLICIES, MANAGED_SELECTOR, NODES, OWNED, PODS
+from controllers._kinds import CLUSTER_POLICIES, CRDS, MANAGED_SELECTOR, NODES, OWNED, PODS
 from controllers._reads import informer_terms, informers
-from gpuctrl.runtime import ApiError, Cache, Resource
+from gpuctrl.runtime import ApiError, Cache, NotFound, Resource
 
 NAMESPACE = "gpuctrl"
 NFD = "feature.node.kubernetes.io"
@@ -28,7 +28,7 @@ POLICY_UID = "policy-uid"
 
 _RESOURCES: dict[tuple[str, str], Resource] = {
     **OWNED,
-    **{(r.api_version, r.kind): r for r in (NODES, PODS, CLUSTER_POLICIES)},
+    **{(r.api_version, r.kind): r for r in (NODES, PODS, CLUSTER_POLICIES, CRDS)},
 }
 _MANAGED_BY, _, _GPUCTRL = MANAGED_SELECTOR.partition("=")
 
@@ -70,12 +70,35 @@ class HandFilledCache:
 @dataclass
 class Writes:
     """A `gpuctrl.runtime.Client` that records writes; ``refuse`` maps an object's (kind, name)
-    to the error its apply raises."""
+    to the error its apply raises; ``stored`` holds, by (kind, namespace, name), what the
+    apiserver has of the kinds never cached (`controllers._kinds.OPTIONAL`), for its reads."""
 
     applied: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     deleted: list[tuple[str, str | None, str]] = field(default_factory=list)
     patched: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     refuse: dict[tuple[str, str], ApiError] = field(default_factory=dict)
+    stored: dict[tuple[str, str | None, str], dict[str, Any]] = field(default_factory=dict)
+    reads: int = 0
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Any:
+        self.reads += 1
+        found = self.stored.get((resource.kind, namespace, name))
+        if found is None:
+            raise NotFound(404, "NotFound", f"{resource.plural} {name!r} not found")
+        return found
+
+    async def list(
+        self, resource: Resource, namespace: str | None = None, *, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        self.reads += 1
+        wanted = dict(term.split("=", 1) for term in label_selector.split(",") if term)
+        return [
+            obj
+            for (kind, where, _), obj in self.stored.items()
+            if kind == resource.kind
+            and where == namespace
+            and wanted.items() <= (obj["metadata"].get("labels") or {}).items()
+        ]
 
     async def apply(
         self, resource: Resource, obj: dict[str, Any], *, field_manager: str, **_: Any

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from operands_kit import EVERY_OPERAND_ENABLED
 from reconcile_kit import (
     NAMESPACE,
     POLICY_UID,
@@ -19,10 +20,12 @@ from reconcile_kit import (
     gpu_node,
 )
 
+from api.v1alpha1 import SERVICE_MONITOR_CRD
 from controllers._apply import APPLIED_HASH
 from controllers._kinds import DAEMON_SETS
 from controllers._operand import OperandReconciler
 from controllers._reads import cached
+from controllers.dcgmexporter import DCGM_EXPORTER
 from controllers.deviceplugin import DEVICE_PLUGIN
 from controllers.driver import DRIVER
 from controllers.operands import OPERANDS
@@ -54,10 +57,6 @@ def converge(cluster: HandFilledCache, writes: Writes, *, ready: bool) -> None:
             }
         cluster.put(stored)
     writes.applied.clear()
-
-
-# Operands off by default (NVIDIA's DCGM host engine) turned on, so each has objects.
-EVERY_OPERAND_ENABLED = {"dcgm": {"enabled": True}}
 
 
 @pytest.fixture
@@ -284,3 +283,59 @@ async def test_only_what_the_operand_made_for_the_policy_is_ever_deleted(
         if _made_for_the_policy_by(o, "device-plugin")
     }
     assert {(kind, name) for kind, _, name in writes.deleted} == expected
+
+
+def _service_monitor_crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": SERVICE_MONITOR_CRD},
+        "status": {"conditions": [{"type": "Established", "status": "True"}]},
+    }
+
+
+async def test_the_service_monitor_is_read_written_and_pruned_through_the_apiserver(
+    cluster: HandFilledCache, writes: Writes, status: StatusRecord
+) -> None:
+    monitored = {"dcgmExporter": {"serviceMonitor": {"enabled": True, "interval": "30s"}}}
+    cluster.put(cluster_policy(monitored), gpu_node("gpu-a"))
+    reconcile = reconciler(cluster, writes, status, DCGM_EXPORTER)
+    await reconcile(REQUEST)  # no CRD: everything else is applied, and the condition says why
+    assert "ServiceMonitor" not in {obj["kind"] for _, obj in writes.applied}
+    assert writes.applied
+    assert status.status_of("DCGMExporterReady") == ("False", "MissingCRD")
+    assert SERVICE_MONITOR_CRD in status.conditions["DCGMExporterReady"]["message"]
+    converge(cluster, writes, ready=True)
+    cluster.put(_service_monitor_crd())
+    await reconcile(REQUEST)
+    [(_, monitor)] = writes.applied
+    assert monitor["kind"] == "ServiceMonitor"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "gpu-metrics", "path": "/metrics", "interval": "30s"}
+    ]
+    assert status.status_of("DCGMExporterReady") == ("True", "Reconciled")
+    # Stored as applied: read back, equal, not applied again.
+    writes.stored["ServiceMonitor", NAMESPACE, monitor["metadata"]["name"]] = monitor
+    writes.applied.clear()
+    await reconcile(REQUEST)
+    assert writes.count == 0
+    assert writes.reads >= 2  # a get to compare, a list to prune
+    # A user's ServiceMonitor with the component's labels (not owned by the policy) is kept.
+    foreign = copy.deepcopy(monitor)
+    foreign["metadata"] = {**foreign["metadata"], "name": "mine", "ownerReferences": []}
+    writes.stored["ServiceMonitor", NAMESPACE, "mine"] = foreign
+    cluster.put(cluster_policy({"dcgmExporter": {"serviceMonitor": {"enabled": False}}}))
+    await reconcile(REQUEST)
+    assert writes.deleted == [("ServiceMonitor", NAMESPACE, "gpuctrl-dcgm-exporter")]
+    assert status.status_of("DCGMExporterReady") == ("True", "Reconciled")
+
+
+async def test_without_the_crd_nothing_is_listed_for_the_service_monitor(
+    cluster: HandFilledCache, writes: Writes, status: StatusRecord
+) -> None:
+    cluster.put(cluster_policy(), gpu_node("gpu-a"))
+    reconcile = reconciler(cluster, writes, status, DCGM_EXPORTER)
+    await reconcile(REQUEST)
+    converge(cluster, writes, ready=True)
+    await reconcile(REQUEST)
+    assert (writes.count, writes.reads) == (0, 0)  # a cluster without the CRD costs no request

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1 import load_cluster_policy
+from api.v1alpha1 import SERVICE_MONITOR_CRD, load_cluster_policy
 from controllers._honoured import honoured, to_honoured
 from controllers._kinds import (
     CLUSTER_POLICIES,
     CLUSTER_ROLES,
     CONFIG_MAPS,
+    CRDS,
     DAEMON_SETS,
     MANAGED_SELECTOR,
     NODES,
@@ -36,6 +37,7 @@ from controllers._reads import (
     ready_components,
 )
 from controllers.render import ClusterFacts, render
+from controllers.render._facts import crd_served
 from gpuctrl.runtime import Cache, Event, Request, freeze
 
 NFD = "feature.node.kubernetes.io"
@@ -115,12 +117,34 @@ async def test_node_states_group_nodes_by_the_labels_read(cache: Cache) -> None:
     assert "gpu-no-os" not in {name for names in regrouped for name in names}
 
 
+def service_monitor_crd(*conditions: tuple[str, str], deleting: bool = False) -> dict[str, Any]:
+    """The Prometheus Operator's ServiceMonitor CRD as the apiserver sends it (in part)."""
+    meta: dict[str, Any] = {"name": SERVICE_MONITOR_CRD, "uid": "u", "resourceVersion": "7"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-04T00:00:00Z"
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {**meta, "annotations": {"big": "x" * 1000}, "managedFields": [{}]},
+        "spec": {"group": "monitoring.coreos.com", "versions": [{"name": "v1"}]},
+        "status": {
+            "conditions": [
+                {"type": t, "status": v, "reason": "r", "message": "m"} for t, v in conditions
+            ]
+        },
+    }
+
+
 async def test_cluster_facts_render_as_the_full_nodes_do(cache: Cache) -> None:
+    crd = service_monitor_crd(("NamesAccepted", "True"), ("Established", "True"))
     informer(cache, NODES, "gpuctrl").replace(dict(n) for n in NODES_OF_A_CLUSTER)
     informer(cache, CONFIG_MAPS, "gpuctrl").replace([])
+    informer(cache, CRDS, "gpuctrl").replace([dict(crd)])
     from_cache = cluster_facts(cache, "gpuctrl")
-    full = ClusterFacts.from_objects("gpuctrl", NODES_OF_A_CLUSTER, [])
-    policy = load_cluster_policy({"spec": {}})
+    full = ClusterFacts.from_objects("gpuctrl", NODES_OF_A_CLUSTER, [], [crd])
+    policy = load_cluster_policy({"spec": {"dcgmExporter": {"serviceMonitor": {"enabled": True}}}})
+    assert from_cache.crds == {SERVICE_MONITOR_CRD}
+    assert "ServiceMonitor" in {o["kind"] for o in render(policy, from_cache)}
     assert render(policy, from_cache) == render(policy, full)
     assert [n.name for n in from_cache.gpu_nodes()] == [n.name for n in full.gpu_nodes()]
     assert [n.os for n in from_cache.gpu_nodes()] == [n.os for n in full.gpu_nodes()]
@@ -137,6 +161,29 @@ def test_nodes_are_cached_with_the_labels_read_only() -> None:
         "labels": {**UBUNTU, DRIVER: "true"},
     }
     assert (cached["apiVersion"], cached["kind"]) == ("v1", "Node")
+
+
+@pytest.mark.parametrize(
+    ("crd", "served"),
+    [
+        pytest.param(service_monitor_crd(("Established", "True")), True, id="established"),
+        pytest.param(service_monitor_crd(("Established", "False")), False, id="not-yet"),
+        pytest.param(service_monitor_crd(), False, id="no-status"),
+        pytest.param(
+            service_monitor_crd(("Established", "True"), deleting=True), False, id="terminating"
+        ),
+    ],
+)
+def test_a_crd_is_cached_trimmed_and_served_only_while_established_and_not_deleted(
+    crd: dict[str, Any], served: bool
+) -> None:
+    trimmed = TRANSFORMS[CRDS](crd)
+    assert set(trimmed["metadata"]) <= {"name", "uid", "resourceVersion", "deletionTimestamp"}
+    assert "spec" not in trimmed
+    assert all(set(c) == {"type", "status"} for c in trimmed["status"]["conditions"])
+    assert crd_served(trimmed) is crd_served(crd) is served
+    facts = ClusterFacts.from_objects("gpuctrl", [], [], [trimmed])
+    assert (SERVICE_MONITOR_CRD in facts.crds) is served
 
 
 def cluster_policy(name: str, created: str | None, rv: str = "1") -> dict[str, Any]:

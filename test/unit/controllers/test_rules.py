@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from operands_kit import EVERY_OPERAND_ENABLED
 
 from api.v1alpha1 import load_cluster_policy
 from controllers._apply import APPLIED_HASH, holds, needs_apply, with_hash
@@ -222,7 +223,7 @@ def test_components_partition_the_render() -> None:
         "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
     }
     facts = ClusterFacts(nodes=(NodeFacts(name="n", labels={NFD: "true", **os_labels}),))
-    policy = load_cluster_policy({"spec": {"dcgm": {"enabled": True}}})  # every operand on
+    policy = load_cluster_policy({"spec": EVERY_OPERAND_ENABLED})
     parts = {c: render_component(c, policy, facts) for c in COMPONENTS}
     for component, objects in parts.items():
         assert objects

@@ -127,13 +127,17 @@ def _host_path_of(pod: dict[str, Any], container: dict[str, Any], path: Path) ->
 
 
 STEMS = [*(s.stem for s in SAMPLES), "every-containerd-option"]
+_NOT_CHECKS = ("toolkit", "node-status-exporter")  # agents that run no check of the validator's
 
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_every_agent_command_line_parses(stem: str, tmp_path: Path) -> None:
     containers = _agent_containers(stem, tmp_path)
-    # The toolkit agent, its driver check, and the validator's four checks.
-    assert len(containers) == 6
+    # The toolkit agent, its driver check, the validator's four checks (and the node status
+    # exporter where the sample turns it on).
+    exporter = [c for _, c in containers if c["name"] == "node-status-exporter"]
+    assert len(exporter) == (stem == "clusterpolicy-monitoring")
+    assert len(containers) == 6 + len(exporter)
     for _, container in containers:
         # gpuctrl itself, not whatever entrypoint an image (a validator.image override) has.
         assert container.get("command") == ["gpuctrl"], container["name"]
@@ -165,7 +169,7 @@ def test_validator_checks_get_their_node_namespace_owner_and_overrides(
     checks = {
         c["name"]: (pod, c)
         for pod, c in _agent_containers(stem, tmp_path)
-        if c["name"] != "toolkit"
+        if c["name"] not in _NOT_CHECKS
     }
     assert list(checks) == [f"{n}-validation" for n in ("driver", "toolkit", "cuda", "plugin")]
     pod, driver = checks["driver-validation"]
@@ -192,7 +196,9 @@ def test_validator_checks_get_their_node_namespace_owner_and_overrides(
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_every_check_writes_its_status_into_one_host_folder(stem: str, tmp_path: Path) -> None:
-    found = [(pod, c) for pod, c in _agent_containers(stem, tmp_path) if c["name"] != "toolkit"]
+    found = [
+        (pod, c) for pod, c in _agent_containers(stem, tmp_path) if c["name"] not in _NOT_CHECKS
+    ]
     host_folders = set()
     for pod, container in found:
         args = _parse([_expand(arg, _environment(container)) for arg in container["args"]])
@@ -204,6 +210,17 @@ def test_every_check_writes_its_status_into_one_host_folder(stem: str, tmp_path:
         [main] = pod["containers"]  # the container that stays up sees the same files
         assert _host_path_of(pod, main, args.output_dir) == host
     assert len(host_folders) == 1
+
+
+def test_the_node_status_exporter_reads_what_the_checks_write(tmp_path: Path) -> None:
+    containers = _agent_containers("clusterpolicy-monitoring", tmp_path)
+    [(pod, exporter)] = [c for c in containers if c[1]["name"] == "node-status-exporter"]
+    args = _parse([_expand(arg, _environment(exporter)) for arg in exporter["args"]])
+    assert (args.check, args.node, args.port) == ("metrics", FIELDS["spec.nodeName"], 8000)
+    assert _host_path_of(pod, exporter, args.output_dir) == "/run/nvidia/validations"
+    assert _host_path_of(pod, exporter, args.driver_root) == "/run/nvidia/driver"
+    assert _host_path_of(pod, exporter, args.host_root) == "/"
+    assert all(m["readOnly"] for m in exporter["volumeMounts"])  # it writes nothing
 
 
 @pytest.mark.parametrize("stem", STEMS)

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from render_kit import NODES, pod_of
 
-from api.v1alpha1 import load_cluster_policy
-from controllers.render import ClusterFacts, RenderError, render_component
+from api.v1alpha1 import InvalidPolicy, load_cluster_policy
+from controllers.render import ClusterFacts, RenderError, missing_crds, render_component
 from controllers.render._dcgm import metrics_problems
 
 METRICS = "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock frequency (in MHz).\n"
@@ -275,3 +275,90 @@ def test_one_bad_record_is_named_by_its_line(
 def test_a_disabled_exporter_renders_nothing_even_with_a_bad_metrics_map() -> None:
     spec = {"dcgmExporter": {"enabled": False, "config": {"name": "gone"}}}
     assert _objects("dcgm-exporter", spec) == {}
+
+
+SERVICE_MONITOR_CRD_OBJECT = {
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "status": {"conditions": [{"type": "Established", "status": "True"}]},
+}
+
+
+def _with_crd(spec: dict[str, Any], crds: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
+    policy = load_cluster_policy({"spec": spec})
+    facts = ClusterFacts.from_objects("gpuctrl", NODES, [], crds)
+    return {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in render_component("dcgm-exporter", policy, facts)
+    }
+
+
+def test_the_service_monitor_selects_the_metrics_service_as_nvidias_does() -> None:
+    monitor_spec = {
+        "enabled": True,
+        "interval": "15s",
+        "scrapeTimeout": "10s",
+        "honorLabels": True,
+        "additionalLabels": {"release": "kube-prometheus-stack"},
+        "relabelings": [
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+        ],
+    }
+    objects = _with_crd(
+        {"dcgmExporter": {"serviceMonitor": monitor_spec}}, [SERVICE_MONITOR_CRD_OBJECT]
+    )
+    monitor = objects["ServiceMonitor", "gpuctrl-dcgm-exporter"]
+    service = objects["Service", "gpuctrl-dcgm-exporter"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpuctrl"]}
+    assert monitor["spec"]["jobLabel"] == "app"
+    assert monitor["spec"]["endpoints"] == [
+        {
+            "port": "gpu-metrics",
+            "path": "/metrics",
+            "interval": "15s",
+            "scrapeTimeout": "10s",
+            "honorLabels": True,
+            "relabelings": [
+                {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+            ],
+        }
+    ]
+    assert [p["name"] for p in service["spec"]["ports"]] == ["gpu-metrics"]
+
+
+@pytest.mark.parametrize(
+    ("enabled", "crds", "made", "missing"),
+    [
+        pytest.param(True, [SERVICE_MONITOR_CRD_OBJECT], True, False, id="enabled-installed"),
+        pytest.param(True, [], False, True, id="enabled-no-crd"),
+        pytest.param(False, [SERVICE_MONITOR_CRD_OBJECT], False, False, id="disabled"),
+        pytest.param(
+            True,
+            [{"metadata": {"name": "servicemonitors.monitoring.coreos.com"}}],
+            False,
+            True,
+            id="not-established",
+        ),
+    ],
+)
+def test_the_service_monitor_needs_its_crd_and_says_so(
+    enabled: bool, crds: list[dict[str, Any]], made: bool, missing: bool
+) -> None:
+    spec = {"dcgmExporter": {"serviceMonitor": {"enabled": enabled}}}
+    objects = _with_crd(spec, crds)
+    assert (("ServiceMonitor", "gpuctrl-dcgm-exporter") in objects) is made
+    assert ("DaemonSet", "gpuctrl-dcgm-exporter") in objects  # the exporter runs regardless
+    policy = load_cluster_policy({"spec": spec})
+    problems = missing_crds(policy, ClusterFacts.from_objects("gpuctrl", NODES, [], crds))
+    assert bool(problems) is missing
+    if missing:
+        assert "servicemonitors.monitoring.coreos.com is not installed" in problems[0]
+
+
+def test_a_misspelt_relabeling_is_refused_with_its_path() -> None:
+    bad = {"dcgmExporter": {"serviceMonitor": {"relabelings": [{"targetLable": "node"}]}}}
+    with pytest.raises(InvalidPolicy, match=r"relabelings\[0\]\.targetLable: Extra inputs"):
+        load_cluster_policy({"spec": bad})

@@ -34,7 +34,7 @@ def rendered_sample(sample: Path) -> str:
 
 
 def test_every_sample_has_a_golden_file() -> None:
-    assert len(SAMPLES) == 4
+    assert len(SAMPLES) == 5
     expected = {f"{s.stem}.golden.yaml" for s in SAMPLES}
     assert {p.name for p in DATA.glob("*.golden.yaml")} == expected
 

@@ -12,15 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from operands_kit import EVERY_OPERAND_ENABLED
 from render_kit import pod_of
 
 ROOT = Path(__file__).resolve().parents[3]
 CONTRACT = yaml.safe_load((ROOT / "test" / "data" / "nvidia" / "operand-contract.yaml").read_text())
 PARITY = ROOT / "docs" / "nvidia-parity.md"
-
-
-# The default policy but for the operands off by default (NVIDIA's standalone DCGM), turned on.
-EVERY_OPERAND_ENABLED = {"dcgm": {"enabled": True}}
 
 
 def _containers(operand: str) -> dict[str, dict[str, Any]]:
