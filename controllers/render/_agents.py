@@ -109,12 +109,7 @@ VALIDATOR_STATUS_DIR = "/run/nvidia/validations"
 _HOLD_SCRIPT = "trap 'rm -f -- \"$@\"; exit 0' TERM; sleep infinity & wait"
 # The toolkit's first init container: the driver check, retried for up to an hour (a driver
 # container builds its modules first) before the init container restarts.
-_DRIVER_VALIDATION_ARGS = [
-    "validate",
-    "driver",
-    "--wait",
-    "--timeout",
-    "3600",
+DRIVER_CHECK_PATHS = [
     "--output-dir",
     VALIDATOR_STATUS_DIR,
     "--host-root",
@@ -122,6 +117,9 @@ _DRIVER_VALIDATION_ARGS = [
     "--driver-root",
     VALIDATOR_DRIVER_ROOT,
 ]
+"""The agent's options of where the driver check looks and the status files are (the
+validator's, the toolkit's driver check, the node status exporter)."""
+_DRIVER_VALIDATION_ARGS = ["validate", "driver", "--wait", "--timeout", "3600", *DRIVER_CHECK_PATHS]
 # What NVIDIA's operator sets for its device plugin image (assets/state-device-plugin and
 # TransformDevicePlugin); see _device_plugin_env for what depends on the policy.
 _DEVICE_PLUGIN_ENV = {
@@ -369,14 +367,7 @@ def _validator_args(check: str, policy: ClusterPolicy, workloads: ValidatorWorkl
     """``gpuctrl validate <check>`` options; the ``$(VAR)`` are filled in by the kubelet."""
     common = ["validate", check, "--output-dir", VALIDATOR_STATUS_DIR]
     if check == "driver":
-        return [
-            *common,
-            "--host-root",
-            VALIDATOR_HOST_ROOT,
-            "--driver-root",
-            VALIDATOR_DRIVER_ROOT,
-            *_driver_container_flag(policy),
-        ]
+        return ["validate", check, *DRIVER_CHECK_PATHS, *_driver_container_flag(policy)]
     if check not in _WORKLOAD_CHECKS:
         return common
     return [
@@ -412,6 +403,17 @@ def _check_user_templates(policy: ClusterPolicy, facts: ClusterFacts) -> None:
     missing = [key for key in WORKLOAD_TEMPLATE_KEYS if key not in found.data]
     if missing:
         raise RenderError(f"{path}: ConfigMap {name!r} lacks the key(s) {', '.join(missing)}")
+
+
+def gated_pod(policy: ClusterPolicy) -> dict[str, str]:
+    """The template context of an operand pod under the NVIDIA runtime class that waits for the
+    validator's toolkit check (templates/toolkit-gate.yaml.j2): ``runtime_class``,
+    ``gate_image``, ``status_dir``."""
+    return {
+        "runtime_class": policy.spec.operator.runtime_class,
+        "gate_image": image_reference(policy.spec.validator),
+        "status_dir": VALIDATOR_STATUS_DIR,
+    }
 
 
 def mig_env(policy: ClusterPolicy) -> dict[str, str]:
@@ -469,9 +471,7 @@ def render_device_plugin(policy: ClusterPolicy, facts: ClusterFacts) -> list[dic
             "device-plugin.yaml.j2",
             ds=ds,
             config_manager=manager,
-            runtime_class=policy.spec.operator.runtime_class,
-            gate_image=image_reference(policy.spec.validator),
-            status_dir=VALIDATOR_STATUS_DIR,
             host_root=VALIDATOR_HOST_ROOT,
+            **gated_pod(policy),
         )
     )

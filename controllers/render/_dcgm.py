@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from api.v1alpha1 import SERVICE_MONITOR_CRD, ClusterPolicy, image_reference, wire
+from api.v1alpha1 import SERVICE_MONITOR_CRD, ClusterPolicy, wire
 from controllers.render._account import Permissions, account_objects
-from controllers.render._agents import VALIDATOR_STATUS_DIR
+from controllers.render._agents import gated_pod
 from controllers.render._engine import render_template
 from controllers.render._errors import RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts
@@ -73,11 +73,9 @@ def render_dcgm(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, An
         *render_template(
             "dcgm.yaml.j2",
             ds=ds,
-            runtime_class=policy.spec.operator.runtime_class,
-            gate_image=image_reference(policy.spec.validator),
-            status_dir=VALIDATOR_STATUS_DIR,
             port=DCGM_PORT,
             host_network=dcgm.host_network,
+            **gated_pod(policy),
         ),
         *service_objects(policy, facts, DCGM, name, (DCGM, DCGM_PORT)),
     ]
@@ -132,14 +130,12 @@ def render_dcgm_exporter(policy: ClusterPolicy, facts: ClusterFacts) -> list[dic
     objects += render_template(
         "dcgm-exporter.yaml.j2",
         ds=ds,
-        runtime_class=policy.spec.operator.runtime_class,
-        gate_image=image_reference(policy.spec.validator),
-        status_dir=VALIDATOR_STATUS_DIR,
         port=EXPORTER_PORT,
         pod_resources=_POD_RESOURCES,
         metrics=metrics,
         host_network=host_network,
         host_pid=exporter.host_pid,
+        **gated_pod(policy),
     )
     service = exporter.service
     objects += service_objects(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.v1alpha1 import ClusterPolicy, image_reference
+from api.v1alpha1 import ClusterPolicy
 from controllers.render._account import READ_NODES, Permissions, account_objects
-from controllers.render._agents import VALIDATOR_STATUS_DIR, mig_env
+from controllers.render._agents import gated_pod, mig_env
 from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
 from controllers.render._meta import daemonset_context
@@ -66,10 +66,8 @@ def render_gfd(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any
             "gfd.yaml.j2",
             ds=ds,
             config_manager=manager,
-            runtime_class=policy.spec.operator.runtime_class,
             host_network=gfd.host_network,
-            gate_image=image_reference(policy.spec.validator),
-            status_dir=VALIDATOR_STATUS_DIR,
             features_dir=FEATURES_DIR,
+            **gated_pod(policy),
         )
     )

@@ -7,11 +7,7 @@ from typing import Any
 
 from api.v1alpha1 import ClusterPolicy
 from controllers.render._account import Permissions, account_objects
-from controllers.render._agents import (
-    VALIDATOR_DRIVER_ROOT,
-    VALIDATOR_HOST_ROOT,
-    VALIDATOR_STATUS_DIR,
-)
+from controllers.render._agents import DRIVER_CHECK_PATHS, VALIDATOR_HOST_ROOT
 from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
 from controllers.render._meta import daemonset_context
@@ -51,12 +47,7 @@ def render_node_status_exporter(policy: ClusterPolicy, facts: ClusterFacts) -> l
         "metrics",
         "--port",
         str(NODE_STATUS_PORT),
-        "--output-dir",
-        VALIDATOR_STATUS_DIR,
-        "--host-root",
-        VALIDATOR_HOST_ROOT,
-        "--driver-root",
-        VALIDATOR_DRIVER_ROOT,
+        *DRIVER_CHECK_PATHS,
         "--node",
         "$(NODE_NAME)",
         *ds.args,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 import pytest_asyncio
+from driver_root_kit import install_smi, minimal_root
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -216,28 +216,6 @@ async def _has(exporter: Exporter, name: str, value: float) -> dict[str, float]:
     return samples
 
 
-def _minimal_root(root: Path, smi: str) -> None:
-    """A root holding /bin/sh, the libraries it needs and ``smi`` as /usr/bin/nvidia-smi."""
-    shell = Path(shutil.which("dash") or "/bin/sh").resolve()
-    libraries = subprocess.run(["ldd", str(shell)], capture_output=True, text=True, check=True)
-    for word in libraries.stdout.split():
-        if word.startswith("/"):
-            target = root / word.lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(Path(word).resolve(), target)
-    (root / "bin").mkdir(parents=True, exist_ok=True)
-    shutil.copy2(shell, root / "bin" / "sh")
-    _install_smi(root, smi)
-
-
-def _install_smi(root: Path, smi: str) -> None:
-    (root / "usr" / "bin").mkdir(parents=True, exist_ok=True)
-    temporary = root / "usr" / "bin" / ".nvidia-smi.tmp"
-    temporary.write_text(smi)
-    temporary.chmod(0o755)
-    temporary.rename(root / "usr" / "bin" / "nvidia-smi")  # whole, as a driver install would
-
-
 def _runs(driver_root: Path) -> int:
     runs = driver_root / "runs"
     return len(runs.read_text().splitlines()) if runs.exists() else 0
@@ -253,7 +231,7 @@ async def test_driver_check_runs_every_interval_not_at_each_scrape(
     start_exporter: StartExporter, control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     driver = tmp_path / "driver"
-    _minimal_root(driver, GOOD_SMI)
+    minimal_root(driver, GOOD_SMI)
     exporter = await start_exporter(
         "absent-node", "--kubeconfig", str(control_plane.kubeconfig),
         "--output-dir", str(tmp_path / "validations"), "--host-root", str(tmp_path / "host"),
@@ -276,7 +254,7 @@ async def test_driver_gauge_follows_the_check_and_keeps_its_last_success(
     start_exporter: StartExporter, control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     driver = tmp_path / "driver"
-    _minimal_root(driver, GOOD_SMI)
+    minimal_root(driver, GOOD_SMI)
     exporter = await start_exporter(
         "absent-node", "--kubeconfig", str(control_plane.kubeconfig),
         "--output-dir", str(tmp_path / "validations"), "--host-root", str(tmp_path / "host"),
@@ -284,7 +262,7 @@ async def test_driver_gauge_follows_the_check_and_keeps_its_last_success(
     )  # fmt: skip
     passed = await eventually(lambda: _has(exporter, DRIVER, 1), within=30)
 
-    _install_smi(driver, BROKEN_SMI)
+    install_smi(driver / "usr" / "bin", BROKEN_SMI)
     failed = await eventually(lambda: _has(exporter, DRIVER, 0), within=30)
     # Passes may have run between the scrape above and the broken nvidia-smi's arrival.
     assert failed[DRIVER_SINCE] >= passed[DRIVER_SINCE] > 0
@@ -294,7 +272,7 @@ async def test_driver_gauge_follows_the_check_and_keeps_its_last_success(
     assert kept[DRIVER] == 0
     assert kept[DRIVER_SINCE] == failed[DRIVER_SINCE], "a failure leaves the last success"
 
-    _install_smi(driver, GOOD_SMI)
+    install_smi(driver / "usr" / "bin", GOOD_SMI)
     again = await eventually(lambda: _has(exporter, DRIVER, 1), within=30)
     assert again[DRIVER_SINCE] > failed[DRIVER_SINCE]
     assert await exporter.stop() == 0, exporter.log.read_text()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from operands_kit import EVERY_OPERAND_ENABLED
 
-from api.v1alpha1 import load_cluster_policy
+from api.v1alpha1 import TargetComponent, load_cluster_policy
 from controllers._apply import APPLIED_HASH, holds, needs_apply, with_hash
 from controllers._readiness import daemonset_readiness, summary
 from controllers._reads import node_state
@@ -236,3 +236,9 @@ def test_components_partition_the_render() -> None:
     )
     with pytest.raises(ValueError, match="unknown component"):
         render_component("not-a-component", policy, facts)
+
+
+def test_a_pod_policy_can_target_every_operand() -> None:
+    # The PodPolicy's target names are API types, the operands controllers: one list each,
+    # held together here.
+    assert set(get_args(TargetComponent)) == {"validator-workloads", *COMPONENTS}

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
+from driver_root_kit import install_smi, minimal_root
 
 from gpuctrl.cli import main
 from gpuctrl.validator import driver_command, status_path
@@ -20,16 +20,6 @@ BROKEN_SMI = (
     "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA"
     ' driver."\nexit 9\n'
 )
-
-
-def _install(directory: Path, script: str) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "nvidia-smi"
-    temporary = directory / ".nvidia-smi.tmp"
-    temporary.write_text(script)
-    temporary.chmod(0o755)
-    temporary.rename(path)  # appears whole, as a driver install would
-    return path
 
 
 @pytest.fixture
@@ -44,7 +34,7 @@ def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_toolkit_passes_and_writes_status(
     bin_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _install(bin_dir, GOOD_SMI)
+    install_smi(bin_dir, GOOD_SMI)
     out = tmp_path / "validations"
 
     code = main(["validate", "toolkit", "--output-dir", str(out)])
@@ -58,7 +48,7 @@ def test_toolkit_passes_and_writes_status(
 def test_toolkit_failure_reports_command_and_output_and_removes_stale_status(
     bin_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _install(bin_dir, BROKEN_SMI)
+    install_smi(bin_dir, BROKEN_SMI)
     out = tmp_path / "validations"
     out.mkdir()
     status_path(out, "toolkit").write_text("from an earlier run")
@@ -86,7 +76,7 @@ def test_driver_without_nvidia_smi_fails_saying_not_found(
 
 
 def test_driver_wait_retries_until_nvidia_smi_appears(bin_dir: Path, tmp_path: Path) -> None:
-    appear = threading.Timer(0.6, _install, (bin_dir, GOOD_SMI))
+    appear = threading.Timer(0.6, install_smi, (bin_dir, GOOD_SMI))
     appear.start()
     try:
         code = main(
@@ -105,7 +95,7 @@ def test_driver_wait_retries_until_nvidia_smi_appears(bin_dir: Path, tmp_path: P
 def test_driver_wait_gives_up_at_the_timeout(
     bin_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _install(bin_dir, BROKEN_SMI)
+    install_smi(bin_dir, BROKEN_SMI)
 
     code = main(
         ["validate", "driver", "--wait", "--retry-interval", "0.1", "--timeout", "0.5",
@@ -123,34 +113,20 @@ def test_driver_command_prefers_an_installed_driver_container_root(tmp_path: Pat
 
     assert driver_command(host, driver) == ("chroot", str(host), "nvidia-smi")
     assert driver_command(Path("/"), driver) == ("nvidia-smi",)
-    _install(driver / "usr" / "bin", GOOD_SMI)
+    install_smi(driver / "usr" / "bin", GOOD_SMI)
     assert driver_command(host, driver) == ("chroot", str(driver), "nvidia-smi")
 
 
 def test_a_driver_containers_root_counts_only_once_its_ready_mark_is_there(tmp_path: Path) -> None:
     host, driver, mark = tmp_path / "host", tmp_path / "driver", tmp_path / ".driver-ctr-ready"
-    _install(driver / "usr" / "bin", GOOD_SMI)  # installed, but the module may not be loaded
+    install_smi(driver / "usr" / "bin", GOOD_SMI)  # installed, but the module may not be loaded
 
     assert driver_command(host, driver, mark) == ("stat", str(mark))
     mark.write_text("GDS_ENABLED: false\n")
     assert driver_command(host, driver, mark) == ("chroot", str(driver), "nvidia-smi")
     mark.unlink()
-    _install(host / "usr" / "bin", GOOD_SMI)  # a driver of the host's own needs no mark
+    install_smi(host / "usr" / "bin", GOOD_SMI)  # a driver of the host's own needs no mark
     assert driver_command(host, driver, mark) == ("chroot", str(driver), "nvidia-smi")
-
-
-def _minimal_root(root: Path, smi: str) -> None:
-    """A root holding /bin/sh, the libraries it needs and ``smi`` as /usr/bin/nvidia-smi."""
-    shell = Path(shutil.which("dash") or "/bin/sh").resolve()
-    libraries = subprocess.run(["ldd", str(shell)], capture_output=True, text=True, check=True)
-    for word in libraries.stdout.split():
-        if word.startswith("/"):
-            target = root / word.lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(Path(word).resolve(), target)
-    (root / "bin").mkdir(parents=True, exist_ok=True)
-    shutil.copy2(shell, root / "bin" / "sh")
-    _install(root / "usr" / "bin", smi)
 
 
 @pytest.mark.skipif(
@@ -160,7 +136,7 @@ def test_driver_runs_nvidia_smi_inside_the_host_root(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     host = tmp_path / "host"
-    _minimal_root(host, '#!/bin/sh\nread where < /where\necho "driver answers from $where"\n')
+    minimal_root(host, '#!/bin/sh\nread where < /where\necho "driver answers from $where"\n')
     (host / "where").write_text("the host root\n")
 
     code = main(
@@ -186,7 +162,7 @@ def test_driver_container_wait_says_it_waits_for_the_mark_and_passes_once_it_app
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     driver, out = tmp_path / "driver", tmp_path / "out"
-    _minimal_root(driver, GOOD_SMI)  # its files are there: the module is still loading
+    minimal_root(driver, GOOD_SMI)  # its files are there: the module is still loading
     out.mkdir()
     argv = ["validate", "driver", "--host-root", str(tmp_path / "host"),
             "--driver-root", str(driver), "--output-dir", str(out),
@@ -263,7 +239,7 @@ def test_driver_ready_is_the_env_nvidias_images_source(
     host, driver = tmp_path / "host", tmp_path / "run" / "nvidia" / "driver"
     driver.mkdir(parents=True)
     if installed:
-        _install(driver / "usr" / "bin", "#!/bin/sh\n")
+        install_smi(driver / "usr" / "bin", "#!/bin/sh\n")
     if dev_in_driver_root:
         (driver / "dev").mkdir()
     names = {"HOST": str(host), "DRIVER": str(driver)}
