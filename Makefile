@@ -15,6 +15,8 @@ TEST_DEBIAN_PACKAGES := $(RUN_DEBIAN_PACKAGES) containerd dpkg-dev gnupg apt-uti
 # `make test` runs the tests in two processes (pytest-xdist), each test module in one of them
 # (module-scoped clusters stay whole); TEST_WORKERS= runs them in one.
 TEST_WORKERS ?= -n 2 --dist loadscope
+# When make started (read once, as it reads this file): make test prints its wall time.
+MAKE_STARTED := $(shell date +%s)
 
 .PHONY: help run test lint unit integration e2e bench manifests envtest test-deps clean
 
@@ -50,7 +52,9 @@ lint: $(STAMP) ## ruff, import contracts and mypy
 	$(BIN)/mypy gpuctrl api controllers webhooks
 
 test: $(STAMP) $(HELM_STAMP) test-deps lint ## lint, then every test (what CI runs)
-	$(BIN)/python -m pytest -q -rfE --durations=20 $(TEST_WORKERS) test/unit test/integration test/e2e
+	$(BIN)/python -m pytest -q -rfE --durations=20 $(TEST_WORKERS) test/unit test/integration test/e2e; \
+	status=$$?; echo "make test: $$(( $$(date +%s) - $(MAKE_STARTED) )) s wall time (set-up and lint included)"; \
+	exit $$status
 
 unit: $(STAMP) ## the unit tests only (no control plane)
 	$(BIN)/python -m pytest -q test/unit
