@@ -6,17 +6,19 @@ Run: .venv/bin/python test/bench/bench_operator.py [--nodes 1000] [--quiet-secon
 Default variant: nodes registered as Node objects (NFD labels of Ubuntu 22.04 and 24.04) on
 etcd + kube-apiserver without controller-manager, so no operand pods are created: the figures
 are the operator's own work. Prints (a) seconds from starting the manager until every GPU node
-carries its four deploy labels and all five DaemonSets (two drivers, toolkit, validator, device
-plugin) are applied; (c) the manager's write requests during ``--quiet-seconds`` after that,
-counted in the apiserver's audit log by its User-Agent (Lease renewals listed apart); (d) the
-manager's peak RSS (VmHWM).
+carries the deploy labels of the default policy's operands and every DaemonSet it renders for
+the two OS versions is applied (from the renderer: two drivers, toolkit, validator,
+device plugin, GPU feature discovery, DCGM exporter); (c) the manager's write requests during
+``--quiet-seconds`` after that, counted in the apiserver's audit log by its User-Agent (Lease
+renewals listed apart); (d) the manager's peak RSS (VmHWM).
 
 ``--pods``: controller-manager and scheduler on (at their default API QPS of 20 and 50, which
 the control plane kit does not raise: so use a few dozen nodes), and the simulated kubelet runs
 the operand pods. Prints (b) too: seconds from the instant the bench's own watches see the last
-of the 4 x N operand pods Ready until they see the policy's ``state: ready`` with ``N/N`` ready
-nodes, split into the DaemonSet controller's part (its status catching up) and the operator's.
-``--profile FILE`` runs the manager under cProfile. Figures, not assertions.
+of the operand pods (one per operand DaemonSet and node) Ready until they see the policy's
+``state: ready`` with ``N/N`` ready nodes, split into the DaemonSet controller's part (its
+status catching up) and the operator's. ``--profile FILE`` runs the manager under cProfile.
+Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -38,15 +40,28 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "test" / "integration" / "controllers"))
 from operator_helpers import POLICIES, AuditLog, install_crds, policy  # noqa: E402
 
+from api.v1alpha1 import load_cluster_policy  # noqa: E402
+from controllers._labels import DEPLOY_LABELS  # noqa: E402
+from controllers.nodes import enabled_components  # noqa: E402
+from controllers.render import ClusterFacts, render  # noqa: E402
+
 NODES = Resource("v1", "Node", "nodes", False)
 DAEMON_SETS = Resource("apps/v1", "DaemonSet", "daemonsets")
 PODS = Resource("v1", "Pod", "pods")
 MANAGED = "app.kubernetes.io/managed-by=gpuctrl"
 NFD = "feature.node.kubernetes.io"
-DEPLOY = ",".join(
-    f"nvidia.com/gpu.deploy.{o}=true"
-    for o in ("driver", "container-toolkit", "operator-validator", "device-plugin")
-)
+
+
+def _expected() -> tuple[str, int, int]:
+    """What the default policy asks for on this bench's nodes: the label selector of its
+    operands' deploy labels, its DaemonSets, and its operand pods per node."""
+    policy = load_cluster_policy({})
+    enabled = enabled_components(policy)
+    selector = ",".join(f"{DEPLOY_LABELS[c]}=true" for c in sorted(enabled))
+    facts = ClusterFacts.from_objects("gpuctrl", [node(0), node(1)], [])
+    sets = [o for o in render(policy, facts) if o["kind"] == "DaemonSet"]
+    drivers = sum(o["metadata"]["name"].startswith("gpuctrl-driver-") for o in sets)
+    return selector, len(sets), len(sets) - drivers + 1  # one driver per node
 
 
 def node(index: int) -> dict[str, object]:
@@ -62,6 +77,9 @@ def node(index: int) -> dict[str, object]:
         "kind": "Node",
         "metadata": {"name": f"gpu-{index}", "labels": labels},
     }
+
+
+DEPLOY, SETS, PODS_PER_NODE = _expected()
 
 
 async def create_nodes(client: Client, count: int) -> None:
@@ -87,7 +105,7 @@ async def converged(client: Client, count: int) -> bool:
         sets = await client.list(DAEMON_SETS, "gpuctrl")
     except NotFound:
         return False
-    return len(labelled) == count and len(sets) == 5
+    return len(labelled) == count and len(sets) == SETS
 
 
 async def start_manager(
@@ -154,7 +172,7 @@ class Timeline:
     so the bench's loop (which also runs the simulated kubelet) stays responsive."""
 
     def __init__(self, nodes: int) -> None:
-        self._expected = 4 * nodes  # a driver, toolkit, validator and device plugin on each
+        self._expected = PODS_PER_NODE * nodes
         self._verdicts: dict[str, dict[str, bool]] = {"Pod": {}, "DaemonSet": {}, "Policy": {}}
         self._judges: dict[str, Callable[[Mapping[str, Any]], bool]] = {
             "Pod": _pod_ready,
@@ -187,7 +205,7 @@ class Timeline:
         pods, sets, policies = (self._verdicts[k] for k in ("Pod", "DaemonSet", "Policy"))
         all_ready = len(pods) == self._expected and all(pods.values())
         self.pods_ready = (self.pods_ready or now) if all_ready else None
-        complete = len(sets) == 5 and all(sets.values())
+        complete = len(sets) == SETS and all(sets.values())
         self.sets_ready = (self.sets_ready or now) if complete else None
         ready = all_ready and any(policies.values())
         self.policy_ready = (self.policy_ready or now) if ready else None
