@@ -6,9 +6,10 @@ Run: .venv/bin/python test/bench/bench_operator.py [--nodes 1000] [--quiet-secon
 Default variant: nodes registered as Node objects (NFD labels of Ubuntu 22.04 and 24.04) on
 etcd + kube-apiserver without controller-manager, so no operand pods are created: the figures
 are the operator's own work. Prints (a) seconds from starting the manager until every GPU node
-carries the deploy labels of the default policy's operands and every DaemonSet it renders for
-the two OS versions is applied (from the renderer: two drivers, toolkit, validator,
-device plugin, GPU feature discovery, DCGM exporter); (c) the manager's write requests during
+carries the deploy labels of the default policy's operands and the driver upgrade controller's
+mark (``nvidia.com/gpu-driver-upgrade-enabled``), and every DaemonSet the policy renders for the
+two OS versions is applied (from the renderer: two drivers, toolkit, validator, device plugin,
+GPU feature discovery, DCGM exporter); (c) the manager's write requests during
 ``--quiet-seconds`` after that, counted in the apiserver's audit log by its User-Agent (Lease
 renewals listed apart); (d) the manager's peak RSS (VmHWM).
 
@@ -42,6 +43,7 @@ from operator_helpers import POLICIES, AuditLog, install_crds, policy  # noqa: E
 
 from api.v1alpha1 import load_cluster_policy  # noqa: E402
 from controllers._labels import DEPLOY_LABELS  # noqa: E402
+from controllers._upgrade_plan import ENABLED  # noqa: E402
 from controllers.nodes import enabled_components  # noqa: E402
 from controllers.render import ClusterFacts, render  # noqa: E402
 
@@ -101,11 +103,13 @@ def peak_rss_mib(pid: int) -> float:
 
 async def converged(client: Client, count: int) -> bool:
     try:
-        labelled = await client.list(NODES, label_selector=DEPLOY)
+        labelled = await client.list(NODES, label_selector=DEPLOY, metadata_only=True)
         sets = await client.list(DAEMON_SETS, "gpuctrl")
     except NotFound:
         return False
-    return len(labelled) == count and len(sets) == SETS
+    # The driver upgrade controller's mark on every driver node, its one write per node here.
+    marked = [n for n in labelled if (n["metadata"].get("annotations") or {}).get(ENABLED)]
+    return len(labelled) == len(marked) == count and len(sets) == SETS
 
 
 async def start_manager(
