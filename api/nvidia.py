@@ -69,6 +69,7 @@ _CARRIED = {
         "hostPID",
     ),
     "nodeStatusExporter": _COMMON,
+    "migManager": (*_IMAGE, *_COMMON, "config", "gpuClientsConfig"),
     "mig": ("strategy",),
     "cdi": ("enabled",),
 }
@@ -145,6 +146,7 @@ IMAGE_SECTIONS: tuple[tuple[str, ...], ...] = (
     ("dcgm",),
     ("dcgmExporter",),
     ("nodeStatusExporter",),
+    ("migManager",),
 )
 # NVIDIA's defaults that mean "nothing set": not reported when left as they are.
 _NVIDIA_DEFAULTS = {
@@ -161,6 +163,8 @@ _NESTED_FIELDS = {
     ("driver", "certConfig"): ("name",),
     ("devicePlugin", "config"): ("name", "default"),
     ("dcgmExporter", "config"): ("name",),
+    ("migManager", "config"): ("name", "default"),
+    ("migManager", "gpuClientsConfig"): ("name",),
     ("dcgmExporter", "service"): ("type", "internalTrafficPolicy"),
     ("dcgmExporter", "serviceMonitor"): (
         "enabled",
@@ -173,7 +177,7 @@ _NESTED_FIELDS = {
 }
 # NVIDIA's sections that are operands (a DaemonSet each); the others are settings.
 OPERANDS = (
-    "migManager", "gds", "gdrcopy",
+    "gds", "gdrcopy",
     "vgpuManager", "vgpuDeviceManager", "vfioManager", "sandboxDevicePlugin", "kataManager",
     "ccManager", "kataSandboxDevicePlugin",
 )  # fmt: skip
