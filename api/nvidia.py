@@ -153,6 +153,10 @@ _NVIDIA_DEFAULTS = {
     ("hostPaths", "rootFS"): "/",
     ("hostPaths", "driverInstallDir"): "/run/nvidia/driver",
     ("driver", "licensingConfig", "nlsEnabled"): True,
+    # The MIG manager's ConfigMaps NVIDIA's operator makes itself (its CRD's default name):
+    # gpuctrl's own defaults stand in for them.
+    ("migManager", "config", "name"): "default-mig-parted-config",
+    ("migManager", "gpuClientsConfig", "name"): "default-gpu-clients",
 }
 _VALIDATOR_CHECK_FIELDS = ("env",)
 # NVIDIA's sections of its validator image, which gpuctrl's agent image replaces.
