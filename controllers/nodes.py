@@ -50,12 +50,14 @@ __all__ = [
     "DEPLOY_LABELS",
     "GPU_PRESENT",
     "LABELLED",
+    "MIG_PAUSED",
     "NodeLabeller",
     "NodesReporter",
     "enabled_components",
     "is_gpu",
     "label_changes",
     "mig_default",
+    "node_components",
     "setup",
 ]
 
@@ -67,6 +69,9 @@ _GPU_NODES = Gauge(
 )
 _OURS = "true"  # the value gpuctrl writes; only labels holding it are gpuctrl's to remove
 _FROM_NFD = "nfd"
+MIG_PAUSED = "paused-for-mig-change"
+"""The value NVIDIA's MIG manager writes on its GPU clients' deploy labels while it
+reconfigures a node (and writes back to ``true`` after)."""
 
 
 def enabled_components(policy: ClusterPolicy) -> frozenset[str]:
@@ -119,6 +124,19 @@ def label_changes(
         elif not want and value == _OURS:
             changes[label] = None
     return changes
+
+
+def node_components(labels: Mapping[str, str], enabled: Iterable[str]) -> frozenset[str]:
+    """Of the ``enabled`` components, those a GPU node with ``labels`` should run a Ready pod
+    of: the MIG manager only on a MIG-capable node, and none whose deploy label the MIG manager
+    paused there (``paused-for-mig-change``: its pod is meant to be gone until the label is
+    back)."""
+    return frozenset(
+        component
+        for component in enabled
+        if (labels.get(MIG_CAPABLE) == "true" or DEPLOY_LABELS[component] not in MIG_DEPLOY_LABELS)
+        and labels.get(DEPLOY_LABELS[component]) != MIG_PAUSED
+    )
 
 
 def _gpu_related(labels: Mapping[str, str]) -> bool:

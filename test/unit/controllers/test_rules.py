@@ -343,6 +343,34 @@ def test_ready_nodes_needs_every_enabled_component_on_a_gpu_node() -> None:
     assert ready_nodes(nodes, running, frozenset({"toolkit"}), {}) == "0/2"
 
 
+def test_ready_nodes_needs_the_mig_manager_only_where_it_runs_and_not_what_it_paused() -> None:
+    def node(name: str, **labels: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {NFD: "true", **labels}}}
+
+    components = frozenset({"device-plugin", "mig-manager"})
+    nodes = [node("plain"), node("mig", **{CAPABLE: "true"}), node("off", **{CAPABLE: "false"})]
+    running = {n: {"device-plugin"} for n in ("plain", "mig", "off")}
+    counts = {"device-plugin": 3, "mig-manager": 1}
+    # The MIG-capable node lacks its MIG manager; the others need none.
+    assert ready_nodes(nodes, running, components, counts) == "2/3"
+    running["mig"] = {"device-plugin", "mig-manager"}
+    assert ready_nodes(nodes, running, components, counts) == "3/3"
+    # The MIG manager paused the node's device plugin: its pod is meant to be gone.
+    paused = [node("plain"), node("mig", **{CAPABLE: "true", PLUGIN: PAUSED}), node("off")]
+    running["mig"] = {"mig-manager"}
+    assert ready_nodes(paused, running, components, {**counts, "device-plugin": 2}) == "3/3"
+    # Counts that lag behind the pods bound the ready nodes that need the component.
+    assert (
+        ready_nodes(
+            nodes,
+            running | {"mig": running["mig"] | {"device-plugin"}},
+            components,
+            {**counts, "mig-manager": 0},
+        )
+        == "2/3"
+    )
+
+
 def test_components_partition_the_render() -> None:
     os_labels = {
         "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
