@@ -69,6 +69,7 @@ _CARRIED = {
         "hostPID",
     ),
     "nodeStatusExporter": _COMMON,
+    "migManager": (*_IMAGE, *_COMMON, "config", "gpuClientsConfig"),
     "mig": ("strategy",),
     "cdi": ("enabled",),
 }
@@ -145,12 +146,17 @@ IMAGE_SECTIONS: tuple[tuple[str, ...], ...] = (
     ("dcgm",),
     ("dcgmExporter",),
     ("nodeStatusExporter",),
+    ("migManager",),
 )
 # NVIDIA's defaults that mean "nothing set": not reported when left as they are.
 _NVIDIA_DEFAULTS = {
     ("hostPaths", "rootFS"): "/",
     ("hostPaths", "driverInstallDir"): "/run/nvidia/driver",
     ("driver", "licensingConfig", "nlsEnabled"): True,
+    # The MIG manager's ConfigMaps NVIDIA's operator makes itself (its CRD's default name):
+    # gpuctrl's own defaults stand in for them.
+    ("migManager", "config", "name"): "default-mig-parted-config",
+    ("migManager", "gpuClientsConfig", "name"): "default-gpu-clients",
 }
 _VALIDATOR_CHECK_FIELDS = ("env",)
 # NVIDIA's sections of its validator image, which gpuctrl's agent image replaces.
@@ -161,6 +167,8 @@ _NESTED_FIELDS = {
     ("driver", "certConfig"): ("name",),
     ("devicePlugin", "config"): ("name", "default"),
     ("dcgmExporter", "config"): ("name",),
+    ("migManager", "config"): ("name", "default"),
+    ("migManager", "gpuClientsConfig"): ("name",),
     ("dcgmExporter", "service"): ("type", "internalTrafficPolicy"),
     ("dcgmExporter", "serviceMonitor"): (
         "enabled",
@@ -173,7 +181,7 @@ _NESTED_FIELDS = {
 }
 # NVIDIA's sections that are operands (a DaemonSet each); the others are settings.
 OPERANDS = (
-    "migManager", "gds", "gdrcopy",
+    "gds", "gdrcopy",
     "vgpuManager", "vgpuDeviceManager", "vfioManager", "sandboxDevicePlugin", "kataManager",
     "ccManager", "kataSandboxDevicePlugin",
 )  # fmt: skip

@@ -10,6 +10,9 @@ __all__ = [
     "DEPLOY_OPERANDS",
     "GPU_PRESENT",
     "GPU_PRESENT_FROM",
+    "MIG_CAPABLE",
+    "MIG_CONFIG",
+    "MIG_DEPLOY_LABELS",
     "NFD_GPU_LABELS",
     "READ_LABELS",
 ]
@@ -34,14 +37,23 @@ DEPLOY_LABELS = {
     "dcgm": "nvidia.com/gpu.deploy.dcgm",
     "dcgm-exporter": "nvidia.com/gpu.deploy.dcgm-exporter",
     "node-status-exporter": "nvidia.com/gpu.deploy.node-status-exporter",
+    "mig-manager": "nvidia.com/gpu.deploy.mig-manager",
 }
 """Each gpuctrl component's deploy label (NVIDIA's names, which its DaemonSet selects)."""
+MIG_CAPABLE = "nvidia.com/mig.capable"
+"""``true`` on a node whose GPUs can be partitioned (NVIDIA's GPU feature discovery writes it)."""
+MIG_CONFIG = "nvidia.com/mig.config"
+"""The mig-parted config a node's MIG manager applies (the user's, or ``all-disabled``)."""
+MIG_DEPLOY_LABELS = frozenset({DEPLOY_LABELS["mig-manager"]})
+"""The deploy labels given to MIG-capable GPU nodes only."""
 READ_LABELS = (
     *NFD_GPU_LABELS,
     GPU_PRESENT,
     GPU_PRESENT_FROM,
     DEPLOY_OPERANDS,
     *DEPLOY_LABELS.values(),
+    MIG_CAPABLE,
+    MIG_CONFIG,
     OS_ID_LABEL,
     OS_VERSION_LABEL,
     STATE,

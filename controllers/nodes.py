@@ -25,6 +25,9 @@ from controllers._labels import (
     DEPLOY_OPERANDS,
     GPU_PRESENT,
     GPU_PRESENT_FROM,
+    MIG_CAPABLE,
+    MIG_CONFIG,
+    MIG_DEPLOY_LABELS,
     NFD_GPU_LABELS,
 )
 from controllers._reads import cached, informer_terms, node_states, watches
@@ -47,11 +50,14 @@ __all__ = [
     "DEPLOY_LABELS",
     "GPU_PRESENT",
     "LABELLED",
+    "MIG_PAUSED",
     "NodeLabeller",
     "NodesReporter",
     "enabled_components",
     "is_gpu",
     "label_changes",
+    "mig_default",
+    "node_components",
     "setup",
 ]
 
@@ -63,6 +69,9 @@ _GPU_NODES = Gauge(
 )
 _OURS = "true"  # the value gpuctrl writes; only labels holding it are gpuctrl's to remove
 _FROM_NFD = "nfd"
+MIG_PAUSED = "paused-for-mig-change"
+"""The value NVIDIA's MIG manager writes on its GPU clients' deploy labels while it
+reconfigures a node (and writes back to ``true`` after)."""
 
 
 def enabled_components(policy: ClusterPolicy) -> frozenset[str]:
@@ -70,18 +79,33 @@ def enabled_components(policy: ClusterPolicy) -> frozenset[str]:
     return frozenset(operand.component for operand in OPERANDS if operand.enabled(policy))
 
 
-def label_changes(labels: Mapping[str, str], enabled: Iterable[str]) -> dict[str, str | None]:
+def mig_default(policy: ClusterPolicy) -> str | None:
+    """The ``nvidia.com/mig.config`` MIG-capable GPU nodes without one get, as NVIDIA's
+    operator gives it: ``all-disabled`` while the MIG manager is enabled with
+    ``config.default: all-disabled``; None otherwise."""
+    manager = policy.spec.mig_manager
+    return (manager.config.default or None) if manager.enabled else None
+
+
+def label_changes(
+    labels: Mapping[str, str], enabled: Iterable[str], mig_config: str | None = None
+) -> dict[str, str | None]:
     """The label writes (None: remove) that bring a node with ``labels`` in line.
 
     A GPU node (`is_gpu`) gets, unless ``gpu.deploy.operands=false``, the deploy label of each
     ``enabled`` component where that label is absent or empty (a value someone else wrote is
-    kept). A node with an NVIDIA PCI label from NFD gets ``gpu.present=true``, marked as
+    kept: the MIG manager's ``paused-for-mig-change``, the driver manager's ``false``); the MIG
+    manager's only where ``nvidia.com/mig.capable=true``. A MIG-capable GPU node without an
+    ``nvidia.com/mig.config`` gets ``mig_config`` (`mig_default`; never removed, as with
+    NVIDIA). A node with an NVIDIA PCI label from NFD gets ``gpu.present=true``, marked as
     gpuctrl's (``GPU_PRESENT_FROM=nfd``) when gpuctrl writes it. Deploy labels holding
     gpuctrl's ``true`` are removed from a node that opted out, for a disabled component, and
-    from a node that is no GPU node any more, whose ``gpu.present`` turns ``false`` when it
-    was gpuctrl's; a ``gpu.present=true`` that someone else wrote is never flipped.
+    from a node that is no GPU node (or no MIG-capable node) any more, whose ``gpu.present``
+    turns ``false`` when it was gpuctrl's; a ``gpu.present=true`` that someone else wrote is
+    never flipped.
     """
     nfd, gpu = _nfd_gpu(labels), is_gpu(labels)
+    mig_capable = labels.get(MIG_CAPABLE) == "true"
     wanted = set(enabled) if gpu and labels.get(DEPLOY_OPERANDS) != "false" else set()
     changes: dict[str, str | None] = {}
     if nfd and labels.get(GPU_PRESENT) != "true":
@@ -90,13 +114,29 @@ def label_changes(labels: Mapping[str, str], enabled: Iterable[str]) -> dict[str
         changes[GPU_PRESENT] = "false"
     if not nfd and GPU_PRESENT_FROM in labels:
         changes[GPU_PRESENT_FROM] = None
+    if gpu and mig_capable and mig_config and not labels.get(MIG_CONFIG):
+        changes[MIG_CONFIG] = mig_config
     for component, label in DEPLOY_LABELS.items():
         value = labels.get(label)
-        if component in wanted and not value:
+        want = component in wanted and (mig_capable or label not in MIG_DEPLOY_LABELS)
+        if want and not value:
             changes[label] = _OURS
-        elif component not in wanted and value == _OURS:
+        elif not want and value == _OURS:
             changes[label] = None
     return changes
+
+
+def node_components(labels: Mapping[str, str], enabled: Iterable[str]) -> frozenset[str]:
+    """Of the ``enabled`` components, those a GPU node with ``labels`` should run a Ready pod
+    of: the MIG manager only on a MIG-capable node, and none whose deploy label the MIG manager
+    paused there (``paused-for-mig-change``: its pod is meant to be gone until the label is
+    back)."""
+    return frozenset(
+        component
+        for component in enabled
+        if (labels.get(MIG_CAPABLE) == "true" or DEPLOY_LABELS[component] not in MIG_DEPLOY_LABELS)
+        and labels.get(DEPLOY_LABELS[component]) != MIG_PAUSED
+    )
 
 
 def _gpu_related(labels: Mapping[str, str]) -> bool:
@@ -132,7 +172,10 @@ class NodeLabeller:
         if node is None or policy is None or policy.model is None:
             return None
         meta = node["metadata"]
-        changes = label_changes(meta.get("labels") or {}, enabled_components(policy.model))
+        model = policy.model
+        changes = label_changes(
+            meta.get("labels") or {}, enabled_components(model), mig_default(model)
+        )
         if changes:
             await self._client.request(
                 "PATCH",
@@ -164,11 +207,11 @@ class NodesReporter:
             entry = condition(LABELLED, None, *INVALID_SPEC, generation)
             await self._status.write(policy.obj, [entry])
             return None
-        enabled = enabled_components(policy.model)
+        enabled, mig_config = enabled_components(policy.model), mig_default(policy.model)
         gpus = pending = 0
         for labels, names in node_states(self._cache, self._namespace):  # a few states
             gpus += len(names) if is_gpu(labels) else 0
-            pending += len(names) if label_changes(labels, enabled) else 0
+            pending += len(names) if label_changes(labels, enabled, mig_config) else 0
         _GPU_NODES.set(gpus)
         if not gpus:
             entry = condition(LABELLED, True, "NoGPUNodes", "no GPU nodes", generation)

@@ -10,6 +10,7 @@ from controllers.dcgmexporter import DCGM_EXPORTER
 from controllers.deviceplugin import DEVICE_PLUGIN
 from controllers.driver import DRIVER
 from controllers.gfd import GFD
+from controllers.migmanager import MIG_MANAGER
 from controllers.nodestatus import NODE_STATUS_EXPORTER
 from controllers.toolkit import TOOLKIT
 from controllers.validator import VALIDATOR
@@ -25,4 +26,5 @@ OPERANDS: tuple[Operand, ...] = (
     DCGM,
     DCGM_EXPORTER,
     NODE_STATUS_EXPORTER,
+    MIG_MANAGER,
 )

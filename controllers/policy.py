@@ -27,7 +27,13 @@ from controllers._reads import (
     watches,
 )
 from controllers._status import PolicyStatus, condition
-from controllers.nodes import DEPLOY_LABELS, LABELLED, enabled_components, is_gpu
+from controllers.nodes import (
+    DEPLOY_LABELS,
+    LABELLED,
+    enabled_components,
+    is_gpu,
+    node_components,
+)
 from controllers.operands import OPERANDS
 from controllers.repoconfig import REPO_CONFIG_READY
 from controllers.upgrade import UPGRADE
@@ -66,14 +72,24 @@ def ready_nodes(
     components: frozenset[str],
     current: Mapping[str, int],
 ) -> str:
-    """``R/N``: of the N GPU nodes, R run a Ready pod of every component in ``components``
-    (``running``: by node name, the components with a Ready pod there), and never more than
-    ``current`` says run an available pod of a component's current template (during a roll
-    the old pods stay Ready: a node counts once its DaemonSets count it updated)."""
-    gpu = {n["metadata"]["name"] for n in nodes if is_gpu(n["metadata"].get("labels") or {})}
-    ready = sum(1 for node in gpu if components <= running.get(node, set()))
-    ready = min([ready, *(current.get(component, 0) for component in components)])
-    return f"{ready}/{len(gpu)}"
+    """``R/N``: of the N GPU nodes, R run a Ready pod of every component in ``components`` the
+    node should run (`node_components`: the MIG manager only on MIG-capable nodes, none the MIG
+    manager paused) (``running``: by node name, the components with a Ready pod there), and
+    never more than ``current`` says run an available pod of a component's current template
+    (during a roll the old pods stay Ready: a node counts once its DaemonSets count it
+    updated)."""
+    wanted = {
+        n["metadata"]["name"]: node_components(labels, components)
+        for n in nodes
+        if is_gpu(labels := n["metadata"].get("labels") or {})
+    }
+    ready = [node for node, needs in wanted.items() if needs <= running.get(node, set())]
+    # More ready nodes needing a component than its DaemonSets count: the counts lag.
+    excess = max(
+        (sum(c in wanted[node] for node in ready) - current.get(c, 0) for c in components),
+        default=0,
+    )
+    return f"{len(ready) - max(excess, 0)}/{len(wanted)}"
 
 
 def current_pods(daemonsets: Iterable[Mapping[str, Any]]) -> dict[str, int]:

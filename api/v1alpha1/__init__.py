@@ -29,6 +29,7 @@ from api.v1alpha1._driver import CertConfig, DriverManagerSpec, DriverSpec, Repo
 from api.v1alpha1._gfd import GFDSpec
 from api.v1alpha1._images import NVIDIA_IMAGES, PinnedImage
 from api.v1alpha1._mig import MIGSpec, MIGStrategy
+from api.v1alpha1._migmanager import MIGGPUClientsConfig, MIGManagerSpec, MIGPartedConfig
 from api.v1alpha1._names import CLUSTER_POLICY, POD_POLICY, KindNames
 from api.v1alpha1._nodestatus import NodeStatusExporterSpec
 from api.v1alpha1._podpolicy import (
@@ -119,6 +120,9 @@ __all__ = [
     "LabelSelector",
     "LabelSelectorRequirement",
     "LocalObjectReference",
+    "MIGGPUClientsConfig",
+    "MIGManagerSpec",
+    "MIGPartedConfig",
     "MIGSpec",
     "MIGStrategy",
     "Mesh",

@@ -16,6 +16,7 @@ from api.v1alpha1._deviceplugin import DevicePluginSpec
 from api.v1alpha1._driver import DriverSpec
 from api.v1alpha1._gfd import GFDSpec
 from api.v1alpha1._mig import MIGSpec
+from api.v1alpha1._migmanager import MIGManagerSpec
 from api.v1alpha1._nodestatus import NodeStatusExporterSpec
 from api.v1alpha1._status import ClusterPolicyStatus
 from api.v1alpha1._toolkit import ToolkitSpec
@@ -49,6 +50,10 @@ class ClusterPolicySpec(ApiModel):
     node_status_exporter: NodeStatusExporterSpec = Field(
         default_factory=NodeStatusExporterSpec,
         description="The validator's status files as Prometheus metrics.",
+    )
+    mig_manager: MIGManagerSpec = Field(
+        default_factory=MIGManagerSpec,
+        description="NVIDIA's MIG manager: partitions GPUs as nvidia.com/mig.config asks.",
     )
     mig: MIGSpec = Field(default_factory=MIGSpec, description="How MIG devices are advertised.")
     cdi: CDISpec = Field(

@@ -35,6 +35,9 @@ NVIDIA_IMAGES: dict[str, PinnedImage] = {
     "devicePlugin": PinnedImage("nvcr.io/nvidia", "k8s-device-plugin", "v0.17.0"),
     "dcgm": PinnedImage("nvcr.io/nvidia/cloud-native", "dcgm", "3.3.9-1-ubuntu22.04"),
     "dcgmExporter": PinnedImage("nvcr.io/nvidia/k8s", "dcgm-exporter", "3.3.9-3.6.1-ubuntu22.04"),
+    "migManager": PinnedImage(
+        "nvcr.io/nvidia/cloud-native", "k8s-mig-manager", "v0.10.0-ubuntu20.04"
+    ),
     "cudaSample": PinnedImage("nvcr.io/nvidia/k8s", "cuda-sample", "vectoradd-cuda12.5.0"),
 }
 """The pinned images by operand, under NVIDIA's value names (``driver.manager`` is

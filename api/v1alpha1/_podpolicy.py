@@ -42,6 +42,7 @@ TargetComponent = Literal[
     "dcgm",
     "dcgm-exporter",
     "node-status-exporter",
+    "mig-manager",
 ]
 
 

@@ -47,6 +47,7 @@ from controllers.render._pluginconfig import config_manager
 
 __all__ = [
     "WORKLOADS_CONFIG_MAP",
+    "cdi_hook_path",
     "effective_workloads",
     "mig_env",
     "render_device_plugin",
@@ -437,10 +438,17 @@ def _device_plugin_env(policy: ClusterPolicy) -> tuple[dict[str, str], ...]:
             "DEVICE_LIST_STRATEGY": "cdi-annotations,cdi-cri",
             "CDI_ANNOTATION_PREFIX": "cdi.k8s.io/",
         }
-        if policy.spec.toolkit.enabled:
-            hook = posixpath.join(_runtime_dir(policy.spec.toolkit), "nvidia-cdi-hook")
+        if hook := cdi_hook_path(policy):
             values["NVIDIA_CDI_HOOK_PATH"] = hook
     return tuple({"name": name, "value": value} for name, value in values.items())
+
+
+def cdi_hook_path(policy: ClusterPolicy) -> str | None:
+    """Where NVIDIA's CDI hook is on the host once gpuctrl's toolkit installed it
+    (``<installDir>/toolkit/nvidia-cdi-hook``); None when gpuctrl deploys no toolkit."""
+    if not policy.spec.toolkit.enabled:
+        return None
+    return posixpath.join(_runtime_dir(policy.spec.toolkit), "nvidia-cdi-hook")
 
 
 def render_device_plugin(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any]]:

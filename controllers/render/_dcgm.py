@@ -17,16 +17,11 @@ from typing import Any
 from api.v1alpha1 import SERVICE_MONITOR_CRD, ClusterPolicy, wire
 from controllers.render._account import Permissions, account_objects
 from controllers.render._agents import gated_pod
+from controllers.render._configcopy import config_copies
 from controllers.render._engine import render_template
 from controllers.render._errors import RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts
-from controllers.render._meta import (
-    CONFIG_HASH,
-    SELECTOR,
-    config_hash,
-    daemonset_context,
-    metadata,
-)
+from controllers.render._meta import SELECTOR, daemonset_context, metadata
 from controllers.render._service import service_objects
 
 __all__ = [
@@ -107,12 +102,8 @@ def render_dcgm_exporter(policy: ClusterPolicy, facts: ClusterFacts) -> list[dic
             name=f"{name}-metrics", data={METRICS_KEY: _metrics_text(user_metrics)}
         )
         metrics = _Metrics(copy.name)
-        annotations = {CONFIG_HASH: config_hash([copy])}
-        objects += render_template(
-            "configmap.yaml.j2",
-            metadata=metadata(policy, EXPORTER, copy.name, facts.namespace),
-            data=dict(copy.data),
-        )
+        copied, annotations = config_copies(policy, facts, EXPORTER, [copy])
+        objects += copied
     ds = daemonset_context(
         policy,
         facts,

@@ -21,6 +21,7 @@ from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
 from controllers.render._gfd import render_gfd
 from controllers.render._meta import metadata
+from controllers.render._migmanager import render_mig_manager
 from controllers.render._nodestatus import render_node_status_exporter
 
 __all__ = ["COMPONENTS", "builtin_workload_templates", "render", "render_component"]
@@ -78,6 +79,7 @@ COMPONENTS = (
     "dcgm",
     "dcgm-exporter",
     "node-status-exporter",
+    "mig-manager",
 )
 """The operands, each one controller's: the ``app.kubernetes.io/component`` label values."""
 # What render yields, in order, and whose it is (the RuntimeClass is the toolkit's).
@@ -90,5 +92,6 @@ _PARTS: tuple[tuple[str, Callable[[ClusterPolicy, ClusterFacts], list[dict[str, 
     ("dcgm", render_dcgm),
     ("dcgm-exporter", render_dcgm_exporter),
     ("node-status-exporter", render_node_status_exporter),
+    ("mig-manager", render_mig_manager),
     ("toolkit", _runtime_class),
 )

@@ -46,6 +46,7 @@ AGENTS = {
     "gpuctrl-device-plugin",
     "gpuctrl-gpu-feature-discovery",
     "gpuctrl-dcgm-exporter",
+    "gpuctrl-mig-manager",  # on no node here: none is MIG-capable
 }
 PODS = Resource("v1", "Pod", "pods")
 SERVICE_ACCOUNTS = Resource("v1", "ServiceAccount", "serviceaccounts")
@@ -149,6 +150,7 @@ async def test_mixed_os_cluster_converges(
             "DCGMReady",
             "DCGMExporterReady",
             "NodeStatusExporterReady",
+            "MIGManagerReady",
             "DriverUpgrade",
             "Ready",
         ),

@@ -19,7 +19,13 @@ from reconcile_kit import (
 )
 
 from api.v1alpha1 import load_cluster_policy
-from controllers._labels import DEPLOY_LABELS, DEPLOY_OPERANDS, GPU_PRESENT, NFD_GPU_LABELS
+from controllers._labels import (
+    DEPLOY_LABELS,
+    DEPLOY_OPERANDS,
+    GPU_PRESENT,
+    MIG_DEPLOY_LABELS,
+    NFD_GPU_LABELS,
+)
 from controllers.nodes import NodeLabeller, NodesReporter, enabled_components, label_changes
 from controllers.policy import CONDITIONS, PolicyReconciler
 from controllers.repoconfig import RepoConfigReconciler
@@ -76,9 +82,10 @@ async def test_the_labeller_writes_nothing_without_a_valid_honoured_policy(
 
 
 def labelled(name: str) -> dict[str, Any]:
-    """A GPU node with the deploy labels of the default policy's operands."""
+    """A GPU node (not MIG-capable) with the deploy labels of the default policy's operands."""
     enabled = enabled_components(load_cluster_policy({}))
-    labels = {GPU_PRESENT: "true", **{DEPLOY_LABELS[c]: "true" for c in enabled}}
+    deploy = {DEPLOY_LABELS[c] for c in enabled} - MIG_DEPLOY_LABELS
+    labels = {GPU_PRESENT: "true", **dict.fromkeys(deploy, "true")}
     return gpu_node(name, **labels)
 
 

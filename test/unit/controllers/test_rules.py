@@ -26,6 +26,10 @@ TOOLKIT = "nvidia.com/gpu.deploy.container-toolkit"
 VALIDATOR = "nvidia.com/gpu.deploy.operator-validator"
 FROM = "gpuctrl.io/gpu-present-from"
 ALL = ("driver", "toolkit", "validator", "device-plugin")
+MIG = "nvidia.com/gpu.deploy.mig-manager"
+CAPABLE = "nvidia.com/mig.capable"
+MIG_CONFIG = "nvidia.com/mig.config"
+PAUSED = "paused-for-mig-change"
 
 
 @pytest.mark.parametrize(
@@ -101,23 +105,145 @@ def test_label_changes(
     assert label_changes(settled, enabled) == {}  # one patch converges
 
 
+@pytest.mark.parametrize(
+    ("labels", "enabled", "mig_config", "changes"),
+    [
+        pytest.param(
+            {NFD: "true", PRESENT: "true", CAPABLE: "true"},
+            ("mig-manager",),
+            "all-disabled",
+            {MIG: "true", MIG_CONFIG: "all-disabled"},
+            id="mig-capable-gpu-node",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", CAPABLE: "false"},
+            ("mig-manager",),
+            "all-disabled",
+            {},
+            id="not-mig-capable",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true"},
+            ("mig-manager",),
+            "all-disabled",
+            {},
+            id="no-mig-capable-label",
+        ),
+        pytest.param({CAPABLE: "true"}, ("mig-manager",), "all-disabled", {}, id="no-gpu-node"),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", CAPABLE: "false", MIG: "true"},
+            ("mig-manager",),
+            "all-disabled",
+            {MIG: None},
+            id="no-longer-mig-capable",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", CAPABLE: "true", MIG_CONFIG: "all-1g.10gb"},
+            ("mig-manager",),
+            "all-disabled",
+            {MIG: "true"},
+            id="users-mig-config-kept",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", CAPABLE: "true", MIG_CONFIG: ""},
+            ("mig-manager",),
+            "all-disabled",
+            {MIG: "true", MIG_CONFIG: "all-disabled"},
+            id="empty-mig-config",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", CAPABLE: "true"},
+            ("mig-manager",),
+            None,
+            {MIG: "true"},
+            id="config-default-empty",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", CAPABLE: "true", MIG: "true"},
+            (),
+            None,
+            {MIG: None},
+            id="mig-manager-disabled",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", CAPABLE: "true", MIG: "true", MIG_CONFIG: "a"}
+            | {"nvidia.com/gpu.deploy.operands": "false"},
+            ("mig-manager",),
+            "all-disabled",
+            {MIG: None},
+            id="operands-false",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", CAPABLE: "true", MIG: "true", MIG_CONFIG: "a"}
+            | {PLUGIN: PAUSED, "nvidia.com/gpu.deploy.dcgm": PAUSED},
+            ("mig-manager", "device-plugin"),
+            "all-disabled",
+            {},
+            id="gpu-clients-paused-by-the-mig-manager",
+        ),
+    ],
+)
+def test_mig_label_changes(
+    labels: dict[str, str],
+    enabled: tuple[str, ...],
+    mig_config: str | None,
+    changes: dict[str, str | None],
+) -> None:
+    assert label_changes(labels, enabled, mig_config) == changes
+    settled = {k: v for k, v in {**labels, **changes}.items() if v is not None}
+    assert label_changes(settled, enabled, mig_config) == {}  # one patch converges
+
+
 _KEYS = st.sampled_from(
-    [NFD, PRESENT, "nvidia.com/gpu.deploy.operands", *DEPLOY_LABELS.values(), "other", "os"]
+    [
+        NFD,
+        PRESENT,
+        "nvidia.com/gpu.deploy.operands",
+        *DEPLOY_LABELS.values(),
+        CAPABLE,
+        MIG_CONFIG,
+        "other",
+        "os",
+    ]
 )
-_VALUES = st.sampled_from(["true", "false", "", "paused-for-driver-upgrade"])
+_VALUES = st.sampled_from(["true", "false", "", "paused-for-driver-upgrade", PAUSED, "all-1g.5gb"])
+_COMPONENTS = st.sets(st.sampled_from((*ALL, "mig-manager", "dcgm")))
+_MIG_DEFAULTS = st.sampled_from([None, "all-disabled"])
 
 
-@given(
-    labels=st.dictionaries(_KEYS, _VALUES),
-    enabled=st.sets(st.sampled_from(ALL)),
-)
+@given(labels=st.dictionaries(_KEYS, _VALUES), enabled=_COMPONENTS, mig_config=_MIG_DEFAULTS)
+def test_the_mig_managers_label_only_on_mig_capable_gpu_nodes(
+    labels: dict[str, str], enabled: set[str], mig_config: str | None
+) -> None:
+    """Whatever the labels: after one patch the MIG manager's deploy label holds gpuctrl's
+    true only on a MIG-capable GPU node; a value someone else wrote (a pause) is never
+    written over; mig.config is only ever added, never changed or removed."""
+    changes = label_changes(labels, enabled, mig_config)
+    after = {k: v for k, v in {**labels, **changes}.items() if v is not None}
+    capable = is_gpu(labels) and labels.get(CAPABLE) == "true"
+    if after.get(MIG) == "true" and labels.get(MIG) != "true":
+        assert capable
+        assert "mig-manager" in enabled
+    if not capable:
+        assert after.get(MIG) != "true"
+    for label, value in labels.items():
+        if value not in ("", "true"):
+            assert label not in changes or label == PRESENT  # others' values kept
+    if MIG_CONFIG in changes:
+        assert not labels.get(MIG_CONFIG)
+        assert capable
+        assert changes[MIG_CONFIG] == mig_config
+    assert label_changes(after, enabled, mig_config) == {}
+
+
+@given(labels=st.dictionaries(_KEYS, _VALUES), enabled=_COMPONENTS, mig_config=_MIG_DEFAULTS)
 def test_labelling_state_decides_as_the_full_labels_do(
-    labels: dict[str, str], enabled: set[str]
+    labels: dict[str, str], enabled: set[str], mig_config: str | None
 ) -> None:
     """The reporter counts nodes by `node_state`: it must hold every label the labeller's
     rules read, and nothing else."""
     state = json.loads(node_state({"metadata": {"labels": labels}}))
-    assert label_changes(state, enabled) == label_changes(labels, enabled)
+    assert label_changes(state, enabled, mig_config) == label_changes(labels, enabled, mig_config)
     assert is_gpu(state) == is_gpu(labels)
     assert "other" not in state
     assert "os" not in state
@@ -215,6 +341,34 @@ def test_ready_nodes_needs_every_enabled_component_on_a_gpu_node() -> None:
     rolling = {"driver": 2, "toolkit": 1}
     assert ready_nodes(nodes, running, frozenset({"toolkit"}), rolling) == "1/2"
     assert ready_nodes(nodes, running, frozenset({"toolkit"}), {}) == "0/2"
+
+
+def test_ready_nodes_needs_the_mig_manager_only_where_it_runs_and_not_what_it_paused() -> None:
+    def node(name: str, **labels: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {NFD: "true", **labels}}}
+
+    components = frozenset({"device-plugin", "mig-manager"})
+    nodes = [node("plain"), node("mig", **{CAPABLE: "true"}), node("off", **{CAPABLE: "false"})]
+    running = {n: {"device-plugin"} for n in ("plain", "mig", "off")}
+    counts = {"device-plugin": 3, "mig-manager": 1}
+    # The MIG-capable node lacks its MIG manager; the others need none.
+    assert ready_nodes(nodes, running, components, counts) == "2/3"
+    running["mig"] = {"device-plugin", "mig-manager"}
+    assert ready_nodes(nodes, running, components, counts) == "3/3"
+    # The MIG manager paused the node's device plugin: its pod is meant to be gone.
+    paused = [node("plain"), node("mig", **{CAPABLE: "true", PLUGIN: PAUSED}), node("off")]
+    running["mig"] = {"mig-manager"}
+    assert ready_nodes(paused, running, components, {**counts, "device-plugin": 2}) == "3/3"
+    # Counts that lag behind the pods bound the ready nodes that need the component.
+    assert (
+        ready_nodes(
+            nodes,
+            running | {"mig": running["mig"] | {"device-plugin"}},
+            components,
+            {**counts, "mig-manager": 0},
+        )
+        == "2/3"
+    )
 
 
 def test_components_partition_the_render() -> None:

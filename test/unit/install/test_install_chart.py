@@ -178,7 +178,7 @@ def test_nvidias_values_report_what_gpuctrl_ignores() -> None:
     ]
     # NVIDIA's operands enabled by default, named as `gpuctrl migrate` names them.
     assert (
-        "Operands gpuctrl lacks (not deployed): migManager, vgpuDeviceManager,"
+        "Operands gpuctrl lacks (not deployed): vgpuDeviceManager,"
         " vfioManager, sandboxDevicePlugin, ccManager, kataSandboxDevicePlugin"
     ) in notes(values)
     assert "ignored" not in notes({})

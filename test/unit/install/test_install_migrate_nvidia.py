@@ -23,7 +23,7 @@ SAMPLE_NOT_CARRIED = [
     " workload pod",
 ]
 SAMPLE_LACKING = (
-    "operands gpuctrl lacks: spec.migManager,"
+    "operands gpuctrl lacks:"
     " spec.vgpuManager, spec.vgpuDeviceManager, spec.vfioManager, spec.sandboxDevicePlugin"
 )
 

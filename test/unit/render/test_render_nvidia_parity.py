@@ -109,6 +109,7 @@ def test_the_contract_is_read() -> None:
         "gpu-feature-discovery",
         "dcgm",
         "dcgm-exporter",
+        "mig-manager",
     }
     assert items > 40
     assert len(documented()) < items / 4

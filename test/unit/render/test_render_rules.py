@@ -357,6 +357,7 @@ def test_disabled_operands_are_not_rendered() -> None:
         devicePlugin={"enabled": False},
         gfd={"enabled": False},
         dcgmExporter={"enabled": False},
+        migManager={"enabled": False},
     )
     components = {
         o["metadata"]["labels"]["app.kubernetes.io/component"] for o in render(policy, _facts())
