@@ -149,9 +149,12 @@ class Reflector:
             listing = self._client.list_batches(self._path, query, accept=accept)
             async for page_meta, batch in listing:
                 yield typed(batch, self._resource)
-                version = page_meta["resourceVersion"]  # read by now: the batch was consumed
+                # Known once the page's head was read: not after a first chunk shorter than it.
+                version = page_meta.get("resourceVersion", version)
 
         await self._sink.replace_streamed(batches())
+        if not version:
+            raise ValueError(f"the list of {self._path} has no metadata.resourceVersion")
         return version
 
     async def _watch_until_gone(self, backoff: Backoff) -> None:

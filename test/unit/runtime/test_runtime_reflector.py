@@ -233,3 +233,40 @@ async def test_quiet_watches_ended_by_the_read_timeout_rewatch_at_once(
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 3
     assert not [r for r in warnings if "Timeout on reading" in r.getMessage()]
+
+
+class SlowHeadClient(ScriptedClient):
+    """Lists whose first network chunk ends before the list's metadata (as a slow or
+    restarting apiserver sends it), or that never hold a resourceVersion (``versionless``)."""
+
+    def __init__(self, api: ApiClient, *, versionless: int = 0) -> None:
+        super().__init__(api, [])
+        self._versionless = versionless
+
+    async def list_batches(
+        self, path: str, query: Mapping[str, str | int | bool], *, accept: str = ""
+    ) -> AsyncGenerator[tuple[dict[str, Any], list[dict[str, Any]]], None]:
+        self.lists.append(dict(query))
+        head: dict[str, Any] = {}
+        yield head, []  # the first chunk: not yet past the list's head
+        if self._versionless:
+            self._versionless -= 1
+            return
+        head["resourceVersion"] = "10"
+        yield head, [cm("a", "10")]
+        yield head, []
+
+
+async def test_a_first_chunk_shorter_than_the_lists_head_is_no_error(api: ApiClient) -> None:
+    client, clock, sink = SlowHeadClient(api), FakeClock(), Sink()
+    async with reflecting(client, clock, sink):
+        assert sink.seen == [("list", "10")]
+        assert len(client.lists) == 1
+
+
+async def test_a_list_without_a_resource_version_is_retried_not_fatal(api: ApiClient) -> None:
+    client, clock, sink = SlowHeadClient(api, versionless=1), FakeClock(), Sink()
+    async with reflecting(client, clock, sink):
+        await clock.step(2.0)  # past the first back-off
+        assert len(client.lists) == 2
+        assert sink.seen == [("list", "10")]

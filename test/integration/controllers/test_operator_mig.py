@@ -1,0 +1,189 @@
+"""The MIG label flow on a real cluster, with a simulated MIG manager that answers as NVIDIA's
+does (mig-parted's reconfigure script): on a new ``nvidia.com/mig.config`` it writes
+``mig.config.state=pending``, pauses the GPU clients by rewriting their deploy labels to
+``paused-for-mig-change``, applies the config and writes ``success`` with the labels restored;
+a config its file lacks is ``failed``. gpuctrl labels only MIG-capable nodes for the MIG
+manager, sets NVIDIA's ``all-disabled`` default there, never fights the paused labels, and
+asks of the node none of the paused clients, as NVIDIA's readiness does. The tests run in order
+on one cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+from operator_helpers import (
+    CONFIG_MAPS,
+    NODES,
+    POLICIES,
+    AuditLog,
+    conditions,
+    policy,
+    running_manager,
+    status_of,
+)
+
+from gpuctrl.runtime import Client, Resource
+from gpuctrl.testing import ControlPlane, SimulatedKubelet, eventually, simulated_gpu_nodes
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+NAMESPACE = "gpuctrl"
+POLICY = "cluster"
+PODS = Resource("v1", "Pod", "pods")
+MIG_NODE = "mig-0"
+CONFIG = "nvidia.com/mig.config"
+STATE = "nvidia.com/mig.config.state"
+PAUSED = "paused-for-mig-change"
+DEPLOY = "nvidia.com/gpu.deploy."
+# The GPU clients NVIDIA's reconfigure script pauses (a label that is false stays false).
+CLIENTS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm")
+
+
+class SimulatedMigManager:
+    """NVIDIA's MIG manager on one node, as its reconfigure script behaves: it reads the
+    configs gpuctrl mounts (the copy ``gpuctrl-mig-parted-config``), and follows the node's
+    ``mig.config`` label. ``hold`` keeps the clients paused until released."""
+
+    def __init__(self, client: Client, node: str) -> None:
+        self.client = client
+        self.node = node
+        self.hold = asyncio.Event()
+        self.hold.set()
+        self.applied: str | None = None
+
+    async def run(self) -> None:
+        while True:
+            labels = await self._labels()
+            wanted = labels.get(CONFIG)
+            if wanted and wanted != self.applied:
+                await self._reconfigure(wanted, labels)
+            await asyncio.sleep(0.2)
+
+    async def _labels(self) -> dict[str, str]:
+        node = await self.client.get(NODES, self.node)
+        return dict(node["metadata"].get("labels") or {})
+
+    async def _set(self, labels: dict[str, str | None]) -> None:
+        await self.client.merge_patch(NODES, self.node, {"metadata": {"labels": labels}})
+
+    async def _reconfigure(self, wanted: str, labels: dict[str, str]) -> None:
+        self.applied = wanted
+        copy = await self.client.get(CONFIG_MAPS, "gpuctrl-mig-parted-config", NAMESPACE)
+        configs = yaml.safe_load(copy["data"]["config.yaml"])["mig-configs"]
+        if wanted not in configs:
+            await self._set({STATE: "failed"})
+            return
+        paused = {
+            DEPLOY + c: PAUSED for c in CLIENTS if labels.get(DEPLOY + c) not in (None, "false")
+        }
+        await self._set({STATE: "pending", **paused})
+        await self.hold.wait()
+        await self._set({STATE: "success", **dict.fromkeys(paused, "true")})
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def mig(cluster: ControlPlane, client: Client) -> AsyncIterator[SimulatedMigManager]:
+    """A MIG-capable GPU node and a plain one, the default policy, a running manager and the
+    simulated MIG manager on the MIG node."""
+    nodes = simulated_gpu_nodes("mig", count=1, labels={"nvidia.com/mig.capable": "true"})
+    nodes += simulated_gpu_nodes("gpu", count=1)
+    async with SimulatedKubelet(cluster.kubeconfig, nodes):
+        namespaces = await client.resource("v1", "Namespace")
+        await client.create(namespaces, {"metadata": {"name": NAMESPACE}})
+        await client.create(POLICIES, policy(POLICY, {"driver": {"enabled": False}}))
+        async with running_manager(cluster.kubeconfig, NAMESPACE):
+            manager = SimulatedMigManager(client, MIG_NODE)
+            task = asyncio.create_task(manager.run())
+            try:
+                yield manager
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+async def ready(client: Client) -> dict[str, Any]:
+    """The policy's status once it is ready for its generation with both nodes."""
+
+    async def check() -> dict[str, Any]:
+        status = await status_of(client, POLICY)
+        assert status.get("state") == "ready", status
+        assert status.get("readyNodes") == "2/2", status
+        return status
+
+    return await eventually(check, within=90)
+
+
+async def labels_of(client: Client, name: str) -> dict[str, str]:
+    return dict((await client.get(NODES, name))["metadata"].get("labels") or {})
+
+
+async def test_only_the_mig_capable_node_runs_the_mig_manager_with_nvidias_default(
+    mig: SimulatedMigManager, client: Client
+) -> None:
+    status = await ready(client)
+    found = conditions(status)["MIGManagerReady"]
+    assert (found["status"], found["reason"]) == ("True", "Reconciled"), found
+    assert found["message"] == "mig-manager: 1/1 nodes ready"
+    on_mig, plain = await labels_of(client, MIG_NODE), await labels_of(client, "gpu-0")
+    assert on_mig[DEPLOY + "mig-manager"] == "true"
+    assert DEPLOY + "mig-manager" not in plain
+    assert on_mig[CONFIG] == "all-disabled"  # NVIDIA's default on a MIG-capable node
+    assert CONFIG not in plain
+    await eventually(lambda: _state(client, "success"), within=30)  # the default applied
+
+
+async def _state(client: Client, expected: str) -> None:
+    assert (await labels_of(client, MIG_NODE)).get(STATE) == expected
+
+
+async def test_a_reconfiguration_pauses_the_clients_and_gpuctrl_leaves_them_paused(
+    mig: SimulatedMigManager, client: Client, cluster: ControlPlane
+) -> None:
+    await ready(client)
+    mig.hold.clear()
+    await client.merge_patch(NODES, MIG_NODE, {"metadata": {"labels": {CONFIG: "all-1g.10gb"}}})
+    await eventually(lambda: _state(client, "pending"), within=30)
+    audit = AuditLog(cluster.audit_log)
+    audit.mark()
+    # A change the operator reads (a second NFD GPU label) while the clients are paused.
+    poke = "feature.node.kubernetes.io/pci-0302_10de.present"
+    await client.merge_patch(NODES, MIG_NODE, {"metadata": {"labels": {poke: "true"}}})
+
+    async def plugin_gone() -> None:
+        selector = "app.kubernetes.io/component=device-plugin"
+        pods = await client.list(PODS, NAMESPACE, label_selector=selector)
+        assert MIG_NODE not in {p["spec"].get("nodeName") for p in pods}
+
+    await eventually(plugin_gone, within=60)  # its DaemonSet no longer selects the node
+    # As NVIDIA's (its DaemonSets then leave the node out): paused clients are not asked of it.
+    assert (await status_of(client, POLICY)).get("readyNodes") == "2/2"
+    labels = await labels_of(client, MIG_NODE)
+    assert {c: labels[DEPLOY + c] for c in ("device-plugin", "gpu-feature-discovery")} == {
+        "device-plugin": PAUSED,
+        "gpu-feature-discovery": PAUSED,
+    }
+    assert f"patch nodes/{MIG_NODE}" not in audit.writes()  # gpuctrl wrote none of them back
+    mig.hold.set()
+    await eventually(lambda: _state(client, "success"), within=30)
+    assert (await labels_of(client, MIG_NODE))[DEPLOY + "device-plugin"] == "true"
+    await ready(client)
+    await client.merge_patch(NODES, MIG_NODE, {"metadata": {"labels": {poke: None}}})
+
+
+async def test_an_unknown_config_fails_and_nothing_is_paused(
+    mig: SimulatedMigManager, client: Client
+) -> None:
+    await ready(client)
+    await client.merge_patch(NODES, MIG_NODE, {"metadata": {"labels": {CONFIG: "all-9g.99gb"}}})
+    await eventually(lambda: _state(client, "failed"), within=30)
+    labels = await labels_of(client, MIG_NODE)
+    assert labels[DEPLOY + "device-plugin"] == "true"
+    status = await ready(client)
+    assert conditions(status)["MIGManagerReady"]["status"] == "True"
