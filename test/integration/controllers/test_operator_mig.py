@@ -28,7 +28,7 @@ from operator_helpers import (
     status_of,
 )
 
-from gpuctrl.runtime import Client, Resource
+from gpuctrl.runtime import Client, NotFound, Resource
 from gpuctrl.testing import ControlPlane, SimulatedKubelet, eventually, simulated_gpu_nodes
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -73,8 +73,11 @@ class SimulatedMigManager:
         await self.client.merge_patch(NODES, self.node, {"metadata": {"labels": labels}})
 
     async def _reconfigure(self, wanted: str, labels: dict[str, str]) -> None:
+        try:  # a MIG manager pod starts only once its config volume's ConfigMap exists
+            copy = await self.client.get(CONFIG_MAPS, "gpuctrl-mig-parted-config", NAMESPACE)
+        except NotFound:
+            return
         self.applied = wanted
-        copy = await self.client.get(CONFIG_MAPS, "gpuctrl-mig-parted-config", NAMESPACE)
         configs = yaml.safe_load(copy["data"]["config.yaml"])["mig-configs"]
         if wanted not in configs:
             await self._set({STATE: "failed"})
