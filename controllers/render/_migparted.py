@@ -178,6 +178,16 @@ def _is_int(value: Any) -> bool:
 # vendor 0x10de: A100 SXM4 40GB 0x20b0, A100 PCIe 40GB 0x20f1, A100 SXM4 80GB 0x20b2, A100 PCIe
 # 80GB 0x20b5, H100 SXM5 80GB 0x2330, H100 PCIe 0x2331). mig-parted's device filter is the
 # device ID above the vendor ID (0x20B010DE).
+# A100-80GB and H100-80GB offer the same MIG profiles, by how many fit one GPU.
+_PROFILES_80GB = {
+    "1g.10gb": 7,
+    "1g.10gb+me": 1,
+    "1g.20gb": 4,
+    "2g.20gb": 3,
+    "3g.40gb": 2,
+    "4g.40gb": 1,
+    "7g.80gb": 1,
+}
 _GPUS: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {
     "A100-40GB": (
         ("0x20B010DE", "0x20F110DE"),
@@ -193,27 +203,11 @@ _GPUS: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {
     ),
     "A100-80GB": (
         ("0x20B210DE", "0x20B510DE"),
-        {
-            "1g.10gb": 7,
-            "1g.10gb+me": 1,
-            "1g.20gb": 4,
-            "2g.20gb": 3,
-            "3g.40gb": 2,
-            "4g.40gb": 1,
-            "7g.80gb": 1,
-        },
+        _PROFILES_80GB,
     ),
     "H100-80GB": (
         ("0x233010DE", "0x233110DE"),
-        {
-            "1g.10gb": 7,
-            "1g.10gb+me": 1,
-            "1g.20gb": 4,
-            "2g.20gb": 3,
-            "3g.40gb": 2,
-            "4g.40gb": 1,
-            "7g.80gb": 1,
-        },
+        _PROFILES_80GB,
     ),
 }
 

@@ -226,17 +226,26 @@ needs_root = pytest.mark.skipif(
 )
 
 
+async def _driver_exporter(
+    start: StartExporter, control_plane: ControlPlane, driver: Path, interval: str
+) -> Exporter:
+    """An exporter whose driver root (``driver``, a chroot with a good nvidia-smi) is checked
+    every ``interval`` seconds; its Node does not exist and its host root has no sysfs."""
+    minimal_root(driver, GOOD_SMI)
+    return await start(
+        "absent-node", "--kubeconfig", str(control_plane.kubeconfig),
+        "--output-dir", str(driver.parent / "validations"),
+        "--host-root", str(driver.parent / "host"),
+        "--driver-root", str(driver), "--interval", interval,
+    )  # fmt: skip
+
+
 @needs_root
 async def test_driver_check_runs_every_interval_not_at_each_scrape(
     start_exporter: StartExporter, control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     driver = tmp_path / "driver"
-    minimal_root(driver, GOOD_SMI)
-    exporter = await start_exporter(
-        "absent-node", "--kubeconfig", str(control_plane.kubeconfig),
-        "--output-dir", str(tmp_path / "validations"), "--host-root", str(tmp_path / "host"),
-        "--driver-root", str(driver), "--interval", "3600",
-    )  # fmt: skip
+    exporter = await _driver_exporter(start_exporter, control_plane, driver, "3600")
 
     samples = await eventually(lambda: _has(exporter, DRIVER, 1), within=30)
     assert samples[DRIVER_SINCE] > 0
@@ -254,12 +263,7 @@ async def test_driver_gauge_follows_the_check_and_keeps_its_last_success(
     start_exporter: StartExporter, control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     driver = tmp_path / "driver"
-    minimal_root(driver, GOOD_SMI)
-    exporter = await start_exporter(
-        "absent-node", "--kubeconfig", str(control_plane.kubeconfig),
-        "--output-dir", str(tmp_path / "validations"), "--host-root", str(tmp_path / "host"),
-        "--driver-root", str(driver), "--interval", "0.5",
-    )  # fmt: skip
+    exporter = await _driver_exporter(start_exporter, control_plane, driver, "0.5")
     passed = await eventually(lambda: _has(exporter, DRIVER, 1), within=30)
 
     install_smi(driver / "usr" / "bin", BROKEN_SMI)
