@@ -32,6 +32,7 @@ from controllers._kinds import (
     NODES,
     OPTIONAL,
     OWNED,
+    PODS,
 )
 from controllers._readiness import PENDING, DaemonSetReadiness, daemonset_readiness, summary
 from controllers._reads import (
@@ -65,6 +66,9 @@ from gpuctrl.runtime import (
 __all__ = ["Operand", "OperandReconciler", "setup_operand"]
 
 COMPONENT = "app.kubernetes.io/component"
+# A DaemonSet's template generation (the apiserver's, kept on a create) and its pods'.
+_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+_POD_GENERATION = "pod-template-generation"
 _READY = Gauge(
     "gpuctrl_operand_ready_nodes",
     "Nodes running an operand's current pod, Ready.",
@@ -206,11 +210,58 @@ class OperandReconciler:
             )
         if not needs_apply(obj, current):
             return
+        if resource == DAEMON_SETS and current is not None and _selector(current) != _selector(obj):
+            await self._replace(policy, resource, current)
+            return
+        if resource == DAEMON_SETS and current is None:
+            obj = await self._over_orphans(obj)
         await self._client.apply(
             resource, obj, field_manager=self._operand.field_manager, force=True
         )
         verb = "Created" if current is None else "Updated"
         self._status.event(policy.obj, "Normal", verb, f"{verb} {_describe(obj)}")
+
+    async def _replace(
+        self, policy: Policy, resource: Resource, current: Mapping[str, Any]
+    ) -> None:
+        """Delete ``current``, whose pod selector gpuctrl changed (a selector never changes in
+        place), orphaning its pods: the one applied once it is gone selects and adopts them,
+        then rolls them as its update strategy says. Its deletion's event brings the next
+        reconcile."""
+        meta = current["metadata"]
+        if meta.get("deletionTimestamp"):
+            return  # the garbage collector is orphaning its pods
+        await self._client.delete(
+            resource,
+            meta["name"],
+            meta.get("namespace"),
+            propagation_policy="Orphan",
+            uid=meta["uid"],
+        )
+        text = (
+            f"Replacing {_describe({**current, 'kind': resource.kind})}: its pod selector "
+            "changed; its pods are kept for the new one to adopt"
+        )
+        self._status.event(policy.obj, "Normal", "Replacing", text)
+
+    async def _over_orphans(self, daemon_set: dict[str, Any]) -> dict[str, Any]:
+        """``daemon_set``, to be made where the pods it selects have no controller (those of
+        one `_replace` deleted), continuing their template generation: the DaemonSet controller
+        takes a pod of its DaemonSet's template generation (1 for a new one) as up to date
+        whatever its template, and would keep an earlier release's pods."""
+        selector = ",".join(f"{k}={v}" for k, v in _selector(daemon_set)["matchLabels"].items())
+        pods = await self._client.list(PODS, self._namespace, label_selector=selector)
+        generations = [
+            int(generation)
+            for pod in pods
+            if not any(o.get("controller") for o in pod["metadata"].get("ownerReferences") or ())
+            and (generation := pod["metadata"]["labels"].get(_POD_GENERATION, "")).isdigit()
+        ]
+        if not generations:
+            return daemon_set
+        meta = daemon_set["metadata"]
+        annotations = {**meta["annotations"], _TEMPLATE_GENERATION: str(max(generations) + 1)}
+        return {**daemon_set, "metadata": {**meta, "annotations": annotations}}
 
     async def _uncached(
         self, resource: Resource, name: str, namespace: str | None
@@ -306,6 +357,10 @@ class OperandReconciler:
 def _identity(obj: Mapping[str, Any]) -> tuple[str, str, str]:
     meta = obj["metadata"]
     return (str(obj.get("kind", "")), str(meta.get("namespace") or ""), str(meta["name"]))
+
+
+def _selector(daemon_set: Mapping[str, Any]) -> Any:
+    return daemon_set["spec"]["selector"]
 
 
 def _describe(obj: Mapping[str, Any]) -> str:

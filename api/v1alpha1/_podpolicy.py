@@ -103,7 +103,10 @@ def refused_key(key: str) -> str | None:
     and its subdomains: ``container.apparmor.security.beta.kubernetes.io``), and the container
     runtimes' annotations."""
     if key in _SELECTOR_LABELS:
-        return "the label the operands' DaemonSets select their pods by"
+        return (
+            "the label NVIDIA's driver and MIG managers find the operands' pods by (and the "
+            "driver's DaemonSets select theirs by)"
+        )
     if key.startswith(_RUNTIME_PREFIXES):
         return (
             "a container runtime's annotation (CRI-O, containerd, Kata, OCI), which can "

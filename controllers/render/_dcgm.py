@@ -21,7 +21,13 @@ from controllers.render._configcopy import config_copies
 from controllers.render._engine import render_template
 from controllers.render._errors import RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts
-from controllers.render._meta import SELECTOR, daemonset_context, metadata
+from controllers.render._meta import (
+    NVIDIA_APPS,
+    SELECTOR,
+    daemonset_context,
+    metadata,
+    pod_selector,
+)
 from controllers.render._service import service_objects
 
 __all__ = [
@@ -170,11 +176,11 @@ def _service_monitor(policy: ClusterPolicy, facts: ClusterFacts, name: str) -> l
         endpoint["honorLabels"] = True
     if monitor.relabelings:
         endpoint["relabelings"] = [wire(step) for step in monitor.relabelings]
-    labels = {**monitor.additional_labels, SELECTOR: name}
+    labels = {**monitor.additional_labels, SELECTOR: NVIDIA_APPS[EXPORTER]}
     return render_template(
         "servicemonitor.yaml.j2",
         metadata=metadata(policy, EXPORTER, name, facts.namespace, labels),
-        selector={SELECTOR: name},
+        selector=pod_selector(EXPORTER),
         namespace=facts.namespace,
         endpoint=endpoint,
     )

@@ -16,6 +16,7 @@ __all__ = [
     "CONFIG_HASH",
     "MANAGED_BY",
     "NODE_NAME_ENV",
+    "NVIDIA_APPS",
     "SELECTOR",
     "DaemonSetContext",
     "config_hash",
@@ -23,12 +24,30 @@ __all__ = [
     "env",
     "env_over",
     "metadata",
+    "pod_selector",
 ]
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 COMPONENT = "app.kubernetes.io/component"
 SELECTOR = "app"
-"""The pod label an operand's DaemonSet (and Service) selects, valued with the DaemonSet's name."""
+"""The pod label NVIDIA's node agents find an operand's pods by (NVIDIA's k8s-driver-manager
+waits for the GPU clients to stop, NVIDIA's MIG manager waits for them and deletes the
+validator's pods, by ``app=<NVIDIA's value>``); valued as in `NVIDIA_APPS`, or with the
+DaemonSet's name for the driver."""
+NVIDIA_APPS: Mapping[str, str] = {
+    "toolkit": "nvidia-container-toolkit-daemonset",
+    "validator": "nvidia-operator-validator",
+    "device-plugin": "nvidia-device-plugin-daemonset",
+    "gpu-feature-discovery": "gpu-feature-discovery",
+    "dcgm": "nvidia-dcgm",
+    "dcgm-exporter": "nvidia-dcgm-exporter",
+    "mig-manager": "nvidia-mig-manager",
+    "node-status-exporter": "nvidia-node-status-exporter",
+}
+"""The `SELECTOR` value of each component's pods, NVIDIA's (assets/state-*): its DaemonSet then
+selects them by `pod_selector`. The driver is not here: it has one DaemonSet per OS, each
+selecting ``app=<its name>`` (a selector never changes in place, and replacing the driver's
+DaemonSets would restart every driver), and no NVIDIA agent looks for its pods."""
 CONFIG_HASH = "gpuctrl.io/config-hash"
 """The pod template annotation holding `config_hash` of the ConfigMaps its pods read: a change
 of their content rolls the pods."""
@@ -68,6 +87,12 @@ def metadata(
     if merged:
         meta["annotations"] = merged
     return meta
+
+
+def pod_selector(component: str) -> dict[str, str]:
+    """The labels that select ``component``'s pods for its one DaemonSet and its Services:
+    gpuctrl's own, which no NVIDIA pod and no PodPolicy carries."""
+    return {MANAGED_BY: "gpuctrl", COMPONENT: component}
 
 
 def config_hash(config_maps: Iterable[ConfigMapFacts]) -> str:
@@ -134,11 +159,17 @@ def daemonset_context(
     ``daemonsets.nodeSelector`` and ``node_selector``; ``image`` overrides ``spec``'s image;
     ``image_env`` is what the image needs in its env (the user's ``env`` overrides it);
     ``on_delete``: OnDelete whatever ``daemonsets.updateStrategy`` says (the driver's pods are
-    replaced by the upgrade controller alone).
+    replaced by the upgrade controller alone). Its pods carry NVIDIA's ``app`` value
+    (`NVIDIA_APPS`) and it selects them by `pod_selector`; a driver DaemonSet by
+    ``app=<name>``.
     """
     daemonsets = policy.spec.daemonsets
-    selector = {SELECTOR: name}
-    pod_labels = {**daemonsets.labels, **selector}
+    if component in NVIDIA_APPS:
+        selector = pod_selector(component)
+        pod_labels = {**daemonsets.labels, SELECTOR: NVIDIA_APPS[component]}
+    else:
+        selector = {SELECTOR: name}
+        pod_labels = {**daemonsets.labels, **selector}
     annotations = {**daemonsets.annotations, **(pod_annotations or {})}
     pod_metadata = metadata(policy, component, name, None, pod_labels, annotations)
     del pod_metadata["name"]  # pods are named by the DaemonSet controller

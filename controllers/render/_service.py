@@ -8,7 +8,7 @@ from typing import Any
 from api.v1alpha1 import ClusterPolicy
 from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
-from controllers.render._meta import SELECTOR, metadata
+from controllers.render._meta import NVIDIA_APPS, SELECTOR, metadata, pod_selector
 
 __all__ = ["service_objects"]
 
@@ -24,16 +24,17 @@ def service_objects(
     internal_traffic_policy: str = "Local",
     annotations: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Service ``name`` of ``component`` selecting the pods of DaemonSet ``name`` on ``port``
-    (its name and number, the same on the pods); ``Local`` by default: a client reaches the
-    pod on its own node. It carries the pods' ``app`` label too (a ServiceMonitor's job)."""
+    """Service ``name`` selecting ``component``'s pods on ``port`` (its name and number, the
+    same on the pods); ``Local`` by default: a client reaches the pod on its own node. It
+    carries the pods' ``app`` label too, NVIDIA's value (a ServiceMonitor's job)."""
     port_name, number = port
+    labels = {SELECTOR: NVIDIA_APPS[component]}
     return render_template(
         "service.yaml.j2",
-        metadata=metadata(policy, component, name, facts.namespace, {SELECTOR: name}, annotations),
+        metadata=metadata(policy, component, name, facts.namespace, labels, annotations),
         type=type_,
         internal_traffic_policy=internal_traffic_policy,
-        selector={SELECTOR: name},
+        selector=pod_selector(component),
         port_name=port_name,
         port=number,
     )

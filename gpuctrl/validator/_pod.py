@@ -16,9 +16,11 @@ from typing import Any
 from api.v1alpha1 import ResourceRequirements, ValidatorWorkloads, validate_workloads, wire
 
 __all__ = [
+    "APP_LABEL",
     "COMPONENT",
     "COMPONENT_LABEL",
     "MANAGED_BY_LABEL",
+    "NVIDIA_WORKLOAD_APPS",
     "VALIDATION_LABEL",
     "InvalidOverrides",
     "PodOwner",
@@ -35,6 +37,10 @@ VALIDATION_LABEL = "gpuctrl.io/validation"
 # The component of every workload pod: PodPolicies (and the webhook applying them) target it.
 COMPONENT_LABEL = "app.kubernetes.io/component"
 COMPONENT = "validator-workloads"
+APP_LABEL = "app"
+NVIDIA_WORKLOAD_APPS = {"cuda": "nvidia-cuda-validator", "plugin": "nvidia-device-plugin-validator"}
+"""Each check's workload pod's `APP_LABEL`, NVIDIA's: NVIDIA's MIG manager deletes the validation
+pods by it before it changes a node's MIG layout (the agent makes them again)."""
 
 # Which overrides field sets a Pod field (a field path as the apiserver names it).
 _FIELDS_BY_POD_FIELD = (
@@ -127,8 +133,9 @@ def apply_overrides(pod: dict[str, Any], overrides: ValidatorWorkloads) -> dict[
 def pin_workload(
     pod: dict[str, Any], check: str, namespace: str, node_name: str, owner: PodOwner | None
 ) -> dict[str, Any]:
-    """``pod`` in ``namespace`` on ``node_name``, labelled as ``check``'s workload and as the
-    ``validator-workloads`` component of gpuctrl (so that PodPolicies target it).
+    """``pod`` in ``namespace`` on ``node_name``, labelled as ``check``'s workload, as the
+    ``validator-workloads`` component of gpuctrl (so that PodPolicies target it) and with
+    NVIDIA's ``app`` value (`NVIDIA_WORKLOAD_APPS`).
 
     With an ``owner`` the pod's owner references become that one pod, so it is deleted with
     the agent. These fields win over anything the template or the overrides set.
@@ -138,6 +145,7 @@ def pin_workload(
     metadata["namespace"] = namespace
     metadata["labels"] = {
         **(metadata.get("labels") or {}),
+        APP_LABEL: NVIDIA_WORKLOAD_APPS[check],
         MANAGED_BY_LABEL: "gpuctrl",
         COMPONENT_LABEL: COMPONENT,
         VALIDATION_LABEL: check,

@@ -271,6 +271,112 @@ async def test_drift_is_reverted(operator: Running, client: Client) -> None:
     await converged(client)
 
 
+PLUGIN = "gpuctrl-device-plugin"
+EARLIER_SELECTOR = {"app": PLUGIN}  # what gpuctrl's DaemonSets selected before NVIDIA's labels
+
+
+async def plugin_pods(client: Client) -> dict[str, dict[str, Any]]:
+    """The device plugin's pods by UID."""
+    selector = "app.kubernetes.io/component=device-plugin"
+    return {
+        p["metadata"]["uid"]: p for p in await client.list(PODS, NAMESPACE, label_selector=selector)
+    }
+
+
+def owner_uid(pod: dict[str, Any]) -> str | None:
+    return next((o["uid"] for o in pod["metadata"].get("ownerReferences") or ()), None)
+
+
+async def as_an_earlier_release_left_it(client: Client) -> str:
+    """Replace the device plugin's DaemonSet (the manager stopped) by the one an earlier gpuctrl
+    made, selecting ``app=gpuctrl-device-plugin``, once its own pods run; its UID."""
+    current = (await daemonsets(client, NAMESPACE))[PLUGIN]
+    await client.delete(DAEMON_SETS, PLUGIN, NAMESPACE, propagation_policy="Foreground")
+
+    async def gone() -> None:
+        assert PLUGIN not in await daemonsets(client, NAMESPACE)
+        assert not await plugin_pods(client)
+
+    await eventually(gone, within=60)
+    meta = current["metadata"]
+    template = current["spec"]["template"]
+    earlier = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "ownerReferences")},
+        "spec": {
+            **current["spec"],
+            "selector": {"matchLabels": EARLIER_SELECTOR},
+            "template": {
+                **template,
+                "metadata": {
+                    **template["metadata"],
+                    "labels": {**template["metadata"]["labels"], **EARLIER_SELECTOR},
+                },
+            },
+        },
+    }
+    created = await client.create(DAEMON_SETS, earlier)
+
+    async def running() -> None:
+        pods = await plugin_pods(client)
+        assert len(pods) == 4
+        assert {owner_uid(p) for p in pods.values()} == {created["metadata"]["uid"]}
+        assert {p["status"].get("phase") for p in pods.values()} == {"Running"}
+
+    await eventually(running, within=60)
+    return str(created["metadata"]["uid"])
+
+
+async def test_an_earlier_releases_daemonset_is_replaced_and_its_pods_adopted(
+    operator: Running, client: Client
+) -> None:
+    """A DaemonSet selector never changes in place: the operator deletes the earlier one with
+    its pods orphaned, and the new one adopts them (no node loses its device plugin at once)
+    and rolls them to NVIDIA's ``app`` label as its update strategy says."""
+    await patch_policy(client, {"daemonsets": {"updateStrategy": "OnDelete"}})
+    await converged(client)
+    await operator.stop()
+    try:
+        earlier = await as_an_earlier_release_left_it(client)
+        running = set(await plugin_pods(client))
+    finally:
+        await operator.start()
+
+    async def replaced() -> None:
+        ds = (await daemonsets(client, NAMESPACE)).get(PLUGIN)
+        assert ds is not None
+        assert ds["metadata"]["uid"] != earlier
+        assert ds["spec"]["selector"]["matchLabels"] == {
+            "app.kubernetes.io/managed-by": "gpuctrl",
+            "app.kubernetes.io/component": "device-plugin",
+        }
+        pods = await plugin_pods(client)
+        assert set(pods) == running  # the same pods, kept: OnDelete
+        assert {owner_uid(p) for p in pods.values()} == {ds["metadata"]["uid"]}
+
+    await eventually(replaced, within=60)
+    reasons = {(e["reason"], e["message"]) for e in await policy_events(client)}
+    assert (
+        "Replacing",
+        f"Replacing DaemonSet {NAMESPACE}/{PLUGIN}: its pod selector changed; its pods are kept "
+        "for the new one to adopt",
+    ) in reasons
+    await patch_policy(client, {"daemonsets": {"updateStrategy": None}})
+
+    async def rolled() -> None:
+        pods = await plugin_pods(client)
+        assert {p["metadata"]["labels"]["app"] for p in pods.values()} == {
+            "nvidia-device-plugin-daemonset"
+        }
+        assert sorted(p["spec"]["nodeName"] for p in pods.values()) == [
+            f"gpu-{i}" for i in range(4)
+        ]
+
+    await eventually(rolled, within=90)
+    await converged(client)
+
+
 async def test_node_of_a_new_os_gets_its_driver_and_loses_it_when_removed(
     operator: Running, client: Client, cluster: ControlPlane
 ) -> None:

@@ -43,6 +43,17 @@ PAUSED = "paused-for-mig-change"
 DEPLOY = "nvidia.com/gpu.deploy."
 # The GPU clients NVIDIA's reconfigure script pauses (a label that is false stays false).
 CLIENTS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm")
+# The `app` values of the pods it then waits to be gone from the node, of the validation pods
+# it deletes, and of the validator pod it deletes once the new layout is applied (mig-parted
+# v0.10.0's reconfigure-mig.sh: kubectl wait --for=delete / delete pod -l app=...).
+STOPPED = (
+    "nvidia-device-plugin-daemonset",
+    "gpu-feature-discovery",
+    "nvidia-dcgm-exporter",
+    "nvidia-dcgm",
+)
+REMOVED = ("nvidia-cuda-validator", "nvidia-device-plugin-validator")
+VALIDATOR = "nvidia-operator-validator"
 
 
 class SimulatedMigManager:
@@ -56,6 +67,8 @@ class SimulatedMigManager:
         self.hold = asyncio.Event()
         self.hold.set()
         self.applied: str | None = None
+        self.found: set[str] = set()  # the clients' apps it found on the node, then waited out
+        self.restarted: set[str] = set()  # the UIDs of the validator pods it deleted
 
     async def run(self) -> None:
         while True:
@@ -85,9 +98,32 @@ class SimulatedMigManager:
         paused = {
             DEPLOY + c: PAUSED for c in CLIENTS if labels.get(DEPLOY + c) not in (None, "false")
         }
+        self.found = {app for app in STOPPED if await self.pods(app)}
         await self._set({STATE: "pending", **paused})
+        for app in STOPPED:
+            await eventually(lambda app=app: self._gone(app), within=60)
+        for app in REMOVED:
+            await self._delete(app)
         await self.hold.wait()
+        self.restarted |= await self._delete(VALIDATOR)
         await self._set({STATE: "success", **dict.fromkeys(paused, "true")})
+
+    async def pods(self, app: str) -> list[dict[str, Any]]:
+        """The pods labelled ``app=<app>`` on its node, as the script's kubectl finds them."""
+        where = f"spec.nodeName={self.node}"
+        found: list[dict[str, Any]] = await self.client.list(
+            PODS, NAMESPACE, label_selector=f"app={app}", field_selector=where
+        )
+        return found
+
+    async def _gone(self, app: str) -> None:
+        assert not await self.pods(app), app
+
+    async def _delete(self, app: str) -> set[str]:
+        pods = await self.pods(app)
+        for pod in pods:
+            await self.client.delete(PODS, pod["metadata"]["name"], NAMESPACE)
+        return {pod["metadata"]["uid"] for pod in pods}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -150,6 +186,7 @@ async def test_a_reconfiguration_pauses_the_clients_and_gpuctrl_leaves_them_paus
     mig: SimulatedMigManager, client: Client, cluster: ControlPlane
 ) -> None:
     await ready(client)
+    restarted = set(mig.restarted)
     mig.hold.clear()
     await client.merge_patch(NODES, MIG_NODE, {"metadata": {"labels": {CONFIG: "all-1g.10gb"}}})
     await eventually(lambda: _state(client, "pending"), within=30)
@@ -159,12 +196,15 @@ async def test_a_reconfiguration_pauses_the_clients_and_gpuctrl_leaves_them_paus
     poke = "feature.node.kubernetes.io/pci-0302_10de.present"
     await client.merge_patch(NODES, MIG_NODE, {"metadata": {"labels": {poke: "true"}}})
 
-    async def plugin_gone() -> None:
-        selector = "app.kubernetes.io/component=device-plugin"
-        pods = await client.list(PODS, NAMESPACE, label_selector=selector)
-        assert MIG_NODE not in {p["spec"].get("nodeName") for p in pods}
+    async def clients_stopped() -> None:  # found by NVIDIA's labels: their DaemonSets left the node
+        assert mig.found == {
+            "nvidia-device-plugin-daemonset",
+            "gpu-feature-discovery",
+            "nvidia-dcgm-exporter",
+        }
+        assert not await mig.pods("nvidia-device-plugin-daemonset")
 
-    await eventually(plugin_gone, within=60)  # its DaemonSet no longer selects the node
+    await eventually(clients_stopped, within=60)
     # As NVIDIA's (its DaemonSets then leave the node out): paused clients are not asked of it.
     assert (await status_of(client, POLICY)).get("readyNodes") == "2/2"
     labels = await labels_of(client, MIG_NODE)
@@ -176,6 +216,14 @@ async def test_a_reconfiguration_pauses_the_clients_and_gpuctrl_leaves_them_paus
     mig.hold.set()
     await eventually(lambda: _state(client, "success"), within=30)
     assert (await labels_of(client, MIG_NODE))[DEPLOY + "device-plugin"] == "true"
+    assert len(mig.restarted - restarted) == 1  # it found the validator pod by NVIDIA's label
+
+    async def validator_back() -> None:  # the DaemonSet made a new one: validations re-run
+        pods = await mig.pods(VALIDATOR)
+        assert len(pods) == 1
+        assert pods[0]["metadata"]["uid"] not in mig.restarted
+
+    await eventually(validator_back, within=30)
     await ready(client)
     await client.merge_patch(NODES, MIG_NODE, {"metadata": {"labels": {poke: None}}})
 

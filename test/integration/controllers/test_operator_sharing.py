@@ -90,7 +90,11 @@ async def pods(client: Client) -> dict[str, set[str]]:
     return {
         ds: {
             p["metadata"]["uid"]
-            for p in await client.list(PODS, NAMESPACE, label_selector=f"app={ds}")
+            for p in await client.list(
+                PODS,
+                NAMESPACE,
+                label_selector=f"app.kubernetes.io/component={ds.removeprefix('gpuctrl-')}",
+            )
             if not p["metadata"].get("deletionTimestamp")
         }
         for ds in OPERANDS

@@ -269,8 +269,8 @@ def test_valid_policies_pass(mapping: dict[str, Any]) -> None:
         pytest.param({"meshes": ["cilium"]}, "spec.meshes[0]: Input should be", id="mesh"),
         pytest.param(
             {"labels": {"app": "not-the-daemonset"}},
-            "spec.labels[app]: a PodPolicy may not set 'app': the label the operands' "
-            "DaemonSets select their pods by",
+            "spec.labels[app]: a PodPolicy may not set 'app': the label NVIDIA's driver and "
+            "MIG managers find the operands' pods by",
             id="selector-label",
         ),
         pytest.param(

@@ -60,7 +60,10 @@ def test_the_engine_runs_nvidias_image_on_its_deploy_label_behind_a_node_local_s
     assert [c["name"] for c in pod["initContainers"]] == ["toolkit-validation"]
     service = objects["Service", "gpuctrl-dcgm"]["spec"]
     assert service["internalTrafficPolicy"] == "Local"
-    assert service["selector"] == {"app": "gpuctrl-dcgm"}
+    assert service["selector"] == {
+        "app.kubernetes.io/managed-by": "gpuctrl",
+        "app.kubernetes.io/component": "dcgm",
+    }
     assert service["ports"] == [
         {"name": "dcgm", "port": 5555, "targetPort": 5555, "protocol": "TCP"}
     ]
@@ -314,6 +317,7 @@ def test_the_service_monitor_selects_the_metrics_service_as_nvidias_does() -> No
     )
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpuctrl"]}
     assert monitor["spec"]["jobLabel"] == "app"
+    assert service["metadata"]["labels"]["app"] == "nvidia-dcgm-exporter"  # NVIDIA's job name
     assert monitor["spec"]["endpoints"] == [
         {
             "port": "gpu-metrics",

@@ -4,6 +4,7 @@ import json
 from typing import Any
 
 import pytest
+from operands_kit import EVERY_OPERAND_ENABLED
 
 from api.v1alpha1 import ClusterPolicy, ValidatorWorkloads, load_cluster_policy
 from controllers.render import (
@@ -347,7 +348,59 @@ def test_user_labels_cannot_override_gpuctrl_labels() -> None:
     policy = _policy(daemonsets={"labels": {"app.kubernetes.io/managed-by": "me", "app": "x"}})
     pod = _pod(render(policy, _facts()), "gpuctrl-toolkit")
     assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuctrl"
-    assert pod["metadata"]["labels"]["app"] == "gpuctrl-toolkit"
+    assert pod["metadata"]["labels"]["app"] == "nvidia-container-toolkit-daemonset"
+
+
+# NVIDIA's `app` values (assets/state-*), which NVIDIA's k8s-driver-manager and MIG manager
+# wait for and delete GPU clients by.
+NVIDIA_APP_LABELS = {
+    "gpuctrl-toolkit": "nvidia-container-toolkit-daemonset",
+    "gpuctrl-validator": "nvidia-operator-validator",
+    "gpuctrl-device-plugin": "nvidia-device-plugin-daemonset",
+    "gpuctrl-gpu-feature-discovery": "gpu-feature-discovery",
+    "gpuctrl-dcgm": "nvidia-dcgm",
+    "gpuctrl-dcgm-exporter": "nvidia-dcgm-exporter",
+    "gpuctrl-mig-manager": "nvidia-mig-manager",
+    "gpuctrl-node-status-exporter": "nvidia-node-status-exporter",
+}
+
+
+def _every_operand() -> list[dict[str, Any]]:
+    nodes = (_node("a", "ubuntu", "22.04"), _node("b", "rhel", "9.4"))
+    return render(_policy(**EVERY_OPERAND_ENABLED), _facts(*nodes))
+
+
+def test_pods_carry_the_app_label_nvidias_node_agents_find_them_by() -> None:
+    apps = {
+        obj["metadata"]["name"]: obj["spec"]["template"]["metadata"]["labels"]["app"]
+        for obj in _every_operand()
+        if obj["kind"] == "DaemonSet"
+    }
+    assert {name: app for name, app in apps.items() if "driver" not in name} == NVIDIA_APP_LABELS
+    # The driver keeps one DaemonSet per OS, each selecting its pods by its own name.
+    assert {name: app for name, app in apps.items() if "driver" in name} == {
+        "gpuctrl-driver-rhel9.4": "gpuctrl-driver-rhel9.4",
+        "gpuctrl-driver-ubuntu22.04": "gpuctrl-driver-ubuntu22.04",
+    }
+
+
+def test_each_daemonset_and_service_selects_the_pods_of_its_own_daemonset_alone() -> None:
+    objects = _every_operand()
+    pods = {
+        obj["metadata"]["name"]: obj["spec"]["template"]["metadata"]["labels"]
+        for obj in objects
+        if obj["kind"] == "DaemonSet"
+    }
+
+    def selected(selector: dict[str, str]) -> list[str]:
+        return [name for name, labels in pods.items() if selector.items() <= labels.items()]
+
+    for obj in objects:
+        name = obj["metadata"]["name"]
+        if obj["kind"] == "DaemonSet":
+            assert selected(obj["spec"]["selector"]["matchLabels"]) == [name]
+        elif obj["kind"] == "Service":
+            assert selected(obj["spec"]["selector"]) == [name], name
 
 
 def test_disabled_operands_are_not_rendered() -> None:

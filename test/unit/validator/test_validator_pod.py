@@ -143,6 +143,21 @@ def test_pinned_component_is_the_one_pod_policies_target_by_default() -> None:
 
 
 @pytest.mark.parametrize(
+    ("check", "app"),
+    [("cuda", "nvidia-cuda-validator"), ("plugin", "nvidia-device-plugin-validator")],
+)
+def test_pinned_pods_carry_the_app_label_nvidias_mig_manager_deletes_them_by(
+    check: str, app: str
+) -> None:
+    template = _pod(f"{check}.yaml")
+    template["metadata"].setdefault("labels", {})["app"] = "mine"
+
+    labels = pin_workload(template, check, "ns", "node", None)["metadata"]["labels"]
+
+    assert labels["app"] == app
+
+
+@pytest.mark.parametrize(
     ("overrides", "field"),
     [
         pytest.param({"labels": {"bad key": "x"}}, "labels[bad key]", id="label-key"),
