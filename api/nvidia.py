@@ -29,6 +29,7 @@ __all__ = [
     "IGNORED_ENV",
     "IMAGE_SECTIONS",
     "NO_OP_VALUES",
+    "NVIDIA_DEFAULTS",
     "OPERANDS",
     "REFUSED",
     "Meaning",
@@ -148,8 +149,9 @@ IMAGE_SECTIONS: tuple[tuple[str, ...], ...] = (
     ("nodeStatusExporter",),
     ("migManager",),
 )
-# NVIDIA's defaults that mean "nothing set": not reported when left as they are.
-_NVIDIA_DEFAULTS = {
+# NVIDIA's defaults that mean "nothing set", by path in NVIDIA's spec: migrate leaves them out
+# unreported, and the chart leaves them out of its ClusterPolicy.
+NVIDIA_DEFAULTS: dict[tuple[str, ...], object] = {
     ("hostPaths", "rootFS"): "/",
     ("hostPaths", "driverInstallDir"): "/run/nvidia/driver",
     ("driver", "licensingConfig", "nlsEnabled"): True,
@@ -379,9 +381,9 @@ def from_nvidia(nvidia: Mapping[str, Any]) -> Migration:
 
 def _without_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``spec`` less the fields that hold NVIDIA's meaningless defaults
-    (`_NVIDIA_DEFAULTS`); `unset_empty` then drops the mappings this leaves empty."""
+    (`NVIDIA_DEFAULTS`); `unset_empty` then drops the mappings this leaves empty."""
     out = copy.deepcopy(dict(spec))
-    for path, default in _NVIDIA_DEFAULTS.items():
+    for path, default in NVIDIA_DEFAULTS.items():
         owner = _at(out, path[:-1])
         if owner is not None and owner.get(path[-1]) == default:
             del owner[path[-1]]

@@ -10,11 +10,13 @@ __all__ = [
     "DEPLOY_OPERANDS",
     "GPU_PRESENT",
     "GPU_PRESENT_FROM",
+    "GPU_PRODUCT",
     "MIG_CAPABLE",
     "MIG_CONFIG",
     "MIG_DEPLOY_LABELS",
     "NFD_GPU_LABELS",
     "READ_LABELS",
+    "VGPU_HOST_DRIVER",
 ]
 
 GPU_PRESENT = "nvidia.com/gpu.present"
@@ -42,6 +44,10 @@ DEPLOY_LABELS = {
 """Each gpuctrl component's deploy label (NVIDIA's names, which its DaemonSet selects)."""
 MIG_CAPABLE = "nvidia.com/mig.capable"
 """``true`` on a node whose GPUs can be partitioned (NVIDIA's GPU feature discovery writes it)."""
+GPU_PRODUCT = "nvidia.com/gpu.product"
+"""The node's GPU model (GPU feature discovery writes it); read where ``mig.capable`` is absent."""
+VGPU_HOST_DRIVER = "nvidia.com/vgpu.host-driver-version"
+"""Set on a vGPU host, whose GPUs NVIDIA's operator never treats as MIG-capable."""
 MIG_CONFIG = "nvidia.com/mig.config"
 """The mig-parted config a node's MIG manager applies (the user's, or ``all-disabled``)."""
 MIG_DEPLOY_LABELS = frozenset({DEPLOY_LABELS["mig-manager"]})
@@ -53,6 +59,8 @@ READ_LABELS = (
     DEPLOY_OPERANDS,
     *DEPLOY_LABELS.values(),
     MIG_CAPABLE,
+    GPU_PRODUCT,
+    VGPU_HOST_DRIVER,
     MIG_CONFIG,
     OS_ID_LABEL,
     OS_VERSION_LABEL,

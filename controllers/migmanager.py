@@ -3,7 +3,7 @@ mig-parted config and GPU clients file (``MIGManagerReady``).
 
 One `controllers._operand.Operand` (set up from `controllers.operands`); the reconcile is the
 one all operands share. The node labeller gives the deploy label to MIG-capable nodes only
-(``nvidia.com/mig.capable=true``) and keeps the ``paused-for-mig-change`` values the MIG
+(`controllers.nodes.is_mig_capable`) and keeps the ``paused-for-mig-change`` values the MIG
 manager writes on its GPU clients' deploy labels while it reconfigures a node.
 """
 

@@ -25,10 +25,12 @@ from controllers._labels import (
     DEPLOY_OPERANDS,
     GPU_PRESENT,
     GPU_PRESENT_FROM,
+    GPU_PRODUCT,
     MIG_CAPABLE,
     MIG_CONFIG,
     MIG_DEPLOY_LABELS,
     NFD_GPU_LABELS,
+    VGPU_HOST_DRIVER,
 )
 from controllers._reads import cached, informer_terms, node_states, watches
 from controllers._status import INVALID_SPEC, PolicyStatus, condition
@@ -55,6 +57,7 @@ __all__ = [
     "NodesReporter",
     "enabled_components",
     "is_gpu",
+    "is_mig_capable",
     "label_changes",
     "mig_default",
     "node_components",
@@ -95,7 +98,7 @@ def label_changes(
     A GPU node (`is_gpu`) gets, unless ``gpu.deploy.operands=false``, the deploy label of each
     ``enabled`` component where that label is absent or empty (a value someone else wrote is
     kept: the MIG manager's ``paused-for-mig-change``, the driver manager's ``false``); the MIG
-    manager's only where ``nvidia.com/mig.capable=true``. A MIG-capable GPU node without an
+    manager's only where `is_mig_capable`. A MIG-capable GPU node without an
     ``nvidia.com/mig.config`` gets ``mig_config`` (`mig_default`; never removed, as with
     NVIDIA). A node with an NVIDIA PCI label from NFD gets ``gpu.present=true``, marked as
     gpuctrl's (``GPU_PRESENT_FROM=nfd``) when gpuctrl writes it. Deploy labels holding
@@ -105,7 +108,7 @@ def label_changes(
     never flipped.
     """
     nfd, gpu = _nfd_gpu(labels), is_gpu(labels)
-    mig_capable = labels.get(MIG_CAPABLE) == "true"
+    mig_capable = is_mig_capable(labels)
     wanted = set(enabled) if gpu and labels.get(DEPLOY_OPERANDS) != "false" else set()
     changes: dict[str, str | None] = {}
     if nfd and labels.get(GPU_PRESENT) != "true":
@@ -134,7 +137,7 @@ def node_components(labels: Mapping[str, str], enabled: Iterable[str]) -> frozen
     return frozenset(
         component
         for component in enabled
-        if (labels.get(MIG_CAPABLE) == "true" or DEPLOY_LABELS[component] not in MIG_DEPLOY_LABELS)
+        if (is_mig_capable(labels) or DEPLOY_LABELS[component] not in MIG_DEPLOY_LABELS)
         and labels.get(DEPLOY_LABELS[component]) != MIG_PAUSED
     )
 
@@ -148,6 +151,25 @@ def is_gpu(labels: Mapping[str, str]) -> bool:
     ``gpu.present=true`` (as `gpuctrl render` counts GPU nodes)."""
     others = labels.get(GPU_PRESENT) == "true" and labels.get(GPU_PRESENT_FROM) != _FROM_NFD
     return _nfd_gpu(labels) or others
+
+
+# Where nvidia.com/mig.capable is absent, NVIDIA's operator reads a GPU product name holding one
+# of these, in any case, as MIG-capable (a plain substring test: "NVIDIA-A100-SXM4-40GB").
+_MIG_PRODUCTS = ("a100", "a30", "h100")
+
+
+def is_mig_capable(labels: Mapping[str, str]) -> bool:
+    """Whether a node with ``labels`` has MIG-capable GPUs, as NVIDIA's operator decides it:
+    never on a vGPU host (a non-empty ``nvidia.com/vgpu.host-driver-version``); else
+    ``nvidia.com/mig.capable`` where present (``true`` only); else ``nvidia.com/gpu.product``
+    naming an A100, A30 or H100. ``nvidia.com/gpu.workload.config`` is not read: NVIDIA's
+    operator reads it only with sandbox workloads, which gpuctrl does not deploy."""
+    if labels.get(VGPU_HOST_DRIVER):
+        return False
+    if MIG_CAPABLE in labels:
+        return labels[MIG_CAPABLE] == "true"
+    product = labels.get(GPU_PRODUCT, "").lower()
+    return any(name in product for name in _MIG_PRODUCTS)
 
 
 def _nfd_gpu(labels: Mapping[str, str]) -> bool:

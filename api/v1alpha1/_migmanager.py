@@ -48,8 +48,9 @@ class MIGGPUClientsConfig(ApiModel):
 
 
 class MIGManagerSpec(Component):
-    """NVIDIA's MIG manager on each MIG-capable GPU node (``nvidia.com/mig.capable=true``, as
-    NVIDIA's GPU feature discovery labels them): it applies the mig-parted config that the
+    """NVIDIA's MIG manager on each MIG-capable GPU node (``nvidia.com/mig.capable=true``, or
+    without that label an A100, A30 or H100 ``nvidia.com/gpu.product``; never a vGPU host, as
+    NVIDIA's operator decides): it applies the mig-parted config that the
     node's ``nvidia.com/mig.config`` label names and reports in ``nvidia.com/mig.config.state``
     (pending, rebooting, success, failed), pausing the node's GPU clients meanwhile."""
 

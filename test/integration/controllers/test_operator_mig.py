@@ -3,7 +3,8 @@ does (mig-parted's reconfigure script): on a new ``nvidia.com/mig.config`` it wr
 ``mig.config.state=pending``, pauses the GPU clients by rewriting their deploy labels to
 ``paused-for-mig-change``, applies the config and writes ``success`` with the labels restored;
 a config its file lacks is ``failed``. gpuctrl labels only MIG-capable nodes for the MIG
-manager, sets NVIDIA's ``all-disabled`` default there, never fights the paused labels, and
+manager (``mig.capable=true``, or without that label a MIG-capable ``gpu.product``, never a
+vGPU host), sets NVIDIA's ``all-disabled`` default there, never fights the paused labels, and
 asks of the node none of the paused clients, as NVIDIA's readiness does. The tests run in order
 on one cluster."""
 
@@ -41,6 +42,7 @@ CONFIG = "nvidia.com/mig.config"
 STATE = "nvidia.com/mig.config.state"
 PAUSED = "paused-for-mig-change"
 DEPLOY = "nvidia.com/gpu.deploy."
+PLAIN_NODE = "gpu-0"
 # The GPU clients NVIDIA's reconfigure script pauses (a label that is false stays false).
 CLIENTS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm")
 # The `app` values of the pods it then waits to be gone from the node, of the validation pods
@@ -170,7 +172,7 @@ async def test_only_the_mig_capable_node_runs_the_mig_manager_with_nvidias_defau
     found = conditions(status)["MIGManagerReady"]
     assert (found["status"], found["reason"]) == ("True", "Reconciled"), found
     assert found["message"] == "mig-manager: 1/1 nodes ready"
-    on_mig, plain = await labels_of(client, MIG_NODE), await labels_of(client, "gpu-0")
+    on_mig, plain = await labels_of(client, MIG_NODE), await labels_of(client, PLAIN_NODE)
     assert on_mig[DEPLOY + "mig-manager"] == "true"
     assert DEPLOY + "mig-manager" not in plain
     assert on_mig[CONFIG] == "all-disabled"  # NVIDIA's default on a MIG-capable node
@@ -238,3 +240,30 @@ async def test_an_unknown_config_fails_and_nothing_is_paused(
     assert labels[DEPLOY + "device-plugin"] == "true"
     status = await ready(client)
     assert conditions(status)["MIGManagerReady"]["status"] == "True"
+
+
+async def test_a_mig_product_without_the_label_runs_the_mig_manager_but_not_on_a_vgpu_host(
+    mig: SimulatedMigManager, client: Client
+) -> None:
+    await ready(client)
+    # GPU feature discovery's product label, without mig.capable: NVIDIA reads an A100 as MIG.
+    product = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+    await client.merge_patch(NODES, PLAIN_NODE, {"metadata": {"labels": product}})
+
+    async def mig_manager_on_both(nodes: str) -> None:
+        found = conditions(await status_of(client, POLICY))["MIGManagerReady"]
+        assert found["message"] == f"mig-manager: {nodes} nodes ready", found
+
+    await eventually(lambda: mig_manager_on_both("2/2"), within=60)
+    labels = await labels_of(client, PLAIN_NODE)
+    assert (labels[DEPLOY + "mig-manager"], labels[CONFIG]) == ("true", "all-disabled")
+    await ready(client)
+    # A vGPU host is never MIG-capable: gpuctrl's deploy label goes, mig.config stays (as
+    # NVIDIA's, it is never removed), and the node is asked for no MIG manager.
+    vgpu_host = {"nvidia.com/vgpu.host-driver-version": "550.90.05"}
+    await client.merge_patch(NODES, PLAIN_NODE, {"metadata": {"labels": vgpu_host}})
+    await eventually(lambda: mig_manager_on_both("1/1"), within=60)
+    labels = await labels_of(client, PLAIN_NODE)
+    assert DEPLOY + "mig-manager" not in labels
+    assert labels[CONFIG] == "all-disabled"
+    await ready(client)

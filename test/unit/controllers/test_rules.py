@@ -14,7 +14,7 @@ from api.v1alpha1 import TargetComponent, load_cluster_policy
 from controllers._apply import APPLIED_HASH, holds, needs_apply, with_hash
 from controllers._readiness import daemonset_readiness, summary
 from controllers._reads import node_state
-from controllers.nodes import DEPLOY_LABELS, is_gpu, label_changes
+from controllers.nodes import DEPLOY_LABELS, is_gpu, is_mig_capable, label_changes
 from controllers.policy import ready_nodes
 from controllers.render import COMPONENTS, ClusterFacts, NodeFacts, render, render_component
 
@@ -30,6 +30,9 @@ MIG = "nvidia.com/gpu.deploy.mig-manager"
 CAPABLE = "nvidia.com/mig.capable"
 MIG_CONFIG = "nvidia.com/mig.config"
 PAUSED = "paused-for-mig-change"
+PRODUCT = "nvidia.com/gpu.product"
+VGPU_HOST = "nvidia.com/vgpu.host-driver-version"
+WORKLOAD = "nvidia.com/gpu.workload.config"
 
 
 @pytest.mark.parametrize(
@@ -129,6 +132,34 @@ def test_label_changes(
             {},
             id="no-mig-capable-label",
         ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", PRODUCT: "NVIDIA-H100-80GB-HBM3"},
+            ("mig-manager",),
+            "all-disabled",
+            {MIG: "true", MIG_CONFIG: "all-disabled"},
+            id="no-mig-capable-label-but-a-mig-product",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", CAPABLE: "false", PRODUCT: "NVIDIA-A100-SXM4-40GB"},
+            ("mig-manager",),
+            "all-disabled",
+            {},
+            id="mig-capable-label-wins-over-the-product",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", CAPABLE: "true", VGPU_HOST: "550.90.05", MIG: "true"},
+            ("mig-manager",),
+            "all-disabled",
+            {MIG: None},
+            id="vgpu-host",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", CAPABLE: "true", WORKLOAD: "vm-passthrough"},
+            ("mig-manager",),
+            "all-disabled",
+            {MIG: "true", MIG_CONFIG: "all-disabled"},
+            id="workload-config-unread-without-sandbox-workloads",
+        ),
         pytest.param({CAPABLE: "true"}, ("mig-manager",), "all-disabled", {}, id="no-gpu-node"),
         pytest.param(
             {NFD: "true", PRESENT: "true", CAPABLE: "false", MIG: "true"},
@@ -202,11 +233,15 @@ _KEYS = st.sampled_from(
         *DEPLOY_LABELS.values(),
         CAPABLE,
         MIG_CONFIG,
+        PRODUCT,
+        VGPU_HOST,
         "other",
         "os",
     ]
 )
-_VALUES = st.sampled_from(["true", "false", "", "paused-for-driver-upgrade", PAUSED, "all-1g.5gb"])
+_VALUES = st.sampled_from(
+    ["true", "false", "", "paused-for-driver-upgrade", PAUSED, "all-1g.5gb", "NVIDIA-A30"]
+)
 _COMPONENTS = st.sets(st.sampled_from((*ALL, "mig-manager", "dcgm")))
 _MIG_DEFAULTS = st.sampled_from([None, "all-disabled"])
 
@@ -220,7 +255,7 @@ def test_the_mig_managers_label_only_on_mig_capable_gpu_nodes(
     written over; mig.config is only ever added, never changed or removed."""
     changes = label_changes(labels, enabled, mig_config)
     after = {k: v for k, v in {**labels, **changes}.items() if v is not None}
-    capable = is_gpu(labels) and labels.get(CAPABLE) == "true"
+    capable = is_gpu(labels) and is_mig_capable(labels)
     if after.get(MIG) == "true" and labels.get(MIG) != "true":
         assert capable
         assert "mig-manager" in enabled
@@ -236,6 +271,45 @@ def test_the_mig_managers_label_only_on_mig_capable_gpu_nodes(
     assert label_changes(after, enabled, mig_config) == {}
 
 
+# GPU product names as GPU feature discovery writes them: NVIDIA's operator reads those naming
+# an A100, A30 or H100 as MIG-capable, in any case, anywhere in the name.
+_MIG_PRODUCTS = st.sampled_from(["A100", "A30", "H100"])
+_OTHER_PRODUCTS = st.sampled_from(
+    ["NVIDIA-L4", "Tesla-T4", "NVIDIA-L40S", "NVIDIA-GH200-480GB", "NVIDIA-B200", "Tesla-V100"]
+)
+_AROUND = st.text(st.sampled_from("NVIDIA-SXMPCIe4580GBHBM3 "), max_size=12)
+
+
+def _cased(text: str, upper: list[bool]) -> str:
+    return "".join(c.upper() if up else c.lower() for c, up in zip(text, upper, strict=False))
+
+
+@given(
+    st.tuples(_AROUND, _MIG_PRODUCTS, _AROUND),
+    st.lists(st.booleans(), min_size=30, max_size=30),
+    st.sampled_from([None, "", "550.90.05"]),
+)
+def test_a_product_naming_a_mig_gpu_is_mig_capable_without_the_label(
+    parts: tuple[str, str, str], upper: list[bool], vgpu_host: str | None
+) -> None:
+    """Any product name holding A100, A30 or H100, in any case, is MIG-capable where
+    mig.capable is absent; mig.capable decides where present; a vGPU host never is."""
+    labels = {PRODUCT: _cased("".join(parts), upper)}
+    if vgpu_host is not None:
+        labels[VGPU_HOST] = vgpu_host
+    host = bool(vgpu_host)
+    assert is_mig_capable(labels) is not host
+    assert is_mig_capable({**labels, CAPABLE: "false"}) is False
+    assert is_mig_capable({**labels, CAPABLE: ""}) is False
+    assert is_mig_capable({**labels, CAPABLE: "true"}) is not host
+
+
+@given(_OTHER_PRODUCTS, st.booleans())
+def test_other_products_are_mig_capable_only_by_the_label(product: str, labelled: bool) -> None:
+    labels = {PRODUCT: product} | ({CAPABLE: "true"} if labelled else {})
+    assert is_mig_capable(labels) is labelled
+
+
 @given(labels=st.dictionaries(_KEYS, _VALUES), enabled=_COMPONENTS, mig_config=_MIG_DEFAULTS)
 def test_labelling_state_decides_as_the_full_labels_do(
     labels: dict[str, str], enabled: set[str], mig_config: str | None
@@ -245,6 +319,7 @@ def test_labelling_state_decides_as_the_full_labels_do(
     state = json.loads(node_state({"metadata": {"labels": labels}}))
     assert label_changes(state, enabled, mig_config) == label_changes(labels, enabled, mig_config)
     assert is_gpu(state) == is_gpu(labels)
+    assert is_mig_capable(state) == is_mig_capable(labels)
     assert "other" not in state
     assert "os" not in state
     assert node_state({"metadata": {"labels": dict(reversed(labels.items()))}}) == (
@@ -369,6 +444,21 @@ def test_ready_nodes_needs_the_mig_manager_only_where_it_runs_and_not_what_it_pa
         )
         == "2/3"
     )
+
+
+def test_ready_nodes_needs_the_mig_manager_where_the_labeller_decides_mig_capable() -> None:
+    # No mig.capable label: the product decides, unless the node is a vGPU host.
+    a100 = {NFD: "true", PRODUCT: "NVIDIA-A100-SXM4-80GB"}
+    nodes = [
+        {"metadata": {"name": "a100", "labels": a100}},
+        {"metadata": {"name": "vgpu", "labels": a100 | {VGPU_HOST: "550.90.05"}}},
+    ]
+    components = frozenset({"device-plugin", "mig-manager"})
+    running = {"a100": {"device-plugin"}, "vgpu": {"device-plugin"}}
+    counts = {"device-plugin": 2, "mig-manager": 1}
+    assert ready_nodes(nodes, running, components, counts) == "1/2"
+    running["a100"] = components
+    assert ready_nodes(nodes, running, components, counts) == "2/2"
 
 
 def test_components_partition_the_render() -> None:

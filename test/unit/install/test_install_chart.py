@@ -35,6 +35,7 @@ from install_manifests import (
 from api.chartgen import chart_files
 from api.crdgen import crd_files
 from api.v1alpha1 import load_cluster_policy, load_pod_policy
+from controllers.render import ClusterFacts, render
 from webhooks._configuration import webhook_configuration
 
 helm = pytest.importorskip("helm_python", reason="the chart tests need `make test`'s helm extra")
@@ -268,6 +269,17 @@ def test_nvidias_unset_forms_are_accepted_and_left_out() -> None:
     assert "env" not in spec["toolkit"]
 
 
+def test_nvidias_own_configmap_names_mean_gpuctrls_defaults_as_migrate_reads_them() -> None:
+    # NVIDIA's operator makes (and overwrites) these ConfigMaps itself; gpuctrl's defaults
+    # stand in for them.
+    mig = {
+        "config": {"name": "default-mig-parted-config", "default": "all-disabled"},
+        "gpuClientsConfig": {"name": "default-gpu-clients"},
+    }
+    spec = only(helm_render({"migManager": mig}), "ClusterPolicy")["spec"]
+    assert spec["migManager"] == {"config": {"default": "all-disabled"}, "gpuClientsConfig": {}}
+
+
 def test_cluster_policy_can_be_left_out() -> None:
     for values in ({"clusterPolicy": {"create": False}}, {"clusterPolicy": {"deployCR": False}}):
         assert not [o for o in helm_render(values) if o["kind"] == "ClusterPolicy"]
@@ -405,26 +417,62 @@ SHARING_DATA = {
 }
 
 
-def test_nvidias_device_plugin_config_create_makes_the_configmap_the_policy_names() -> None:
-    values = {
-        "devicePlugin": {
-            "config": {
-                "create": True,
-                "name": "plugin-configs",
-                "default": "time-sliced-4",
-                "data": SHARING_DATA,
-            }
-        }
+# The configs NVIDIA's <section>.config.create/data make: the data as NVIDIA's chart takes it,
+# the ConfigMap data it means (a mapping: written as its YAML), the operator's checked copy.
+MIG_PARTED = {
+    "version": "v1",
+    "mig-configs": {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "all-1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
+    },
+}
+METRICS = "# DCGM field, Prometheus type, help\nDCGM_FI_DEV_SM_CLOCK, gauge, SM clock (in MHz).\n"
+CREATED = {
+    "devicePlugin": (SHARING_DATA, SHARING_DATA, "gpuctrl-device-plugin-config"),
+    "dcgmExporter": (METRICS, {"dcgm-metrics.csv": METRICS}, "gpuctrl-dcgm-exporter-metrics"),
+    "migManager": (
+        {"config.yaml": MIG_PARTED},
+        {"config.yaml": MIG_PARTED},
+        "gpuctrl-mig-parted-config",
+    ),
+}
+GPU_NODE = {
+    "metadata": {
+        "name": "gpu-0",
+        "labels": {
+            "feature.node.kubernetes.io/pci-10de.present": "true",
+            "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+            "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
+        },
     }
-    rendered = helm_render(values, namespace="gpu-ops")
+}
+
+
+@pytest.mark.parametrize("section", CREATED)
+def test_nvidias_config_create_makes_the_configmap_the_policy_names(section: str) -> None:
+    data, meant, copy = CREATED[section]
+    config = {"create": True, "name": "made-config", "data": data}
+    rendered = helm_render({section: {"config": config}}, namespace="gpu-ops")
     config_map = only(rendered, "ConfigMap")
     assert (config_map["metadata"]["name"], config_map["metadata"]["namespace"]) == (
-        "plugin-configs",
+        "made-config",
         "gpu-ops",
     )
-    assert config_map["data"]["default"] == "version: v1\n"
-    # a config given as a mapping is written as its YAML
-    assert yaml.safe_load(config_map["data"]["time-sliced-4"]) == SHARING_DATA["time-sliced-4"]
+    assert sorted(config_map["data"]) == sorted(meant)
+    for key, value in meant.items():
+        written = config_map["data"][key]
+        assert (written if isinstance(value, str) else yaml.safe_load(written)) == value
+    policy = load_cluster_policy(only(rendered, "ClusterPolicy"))
+    assert only(rendered, "ClusterPolicy")["spec"][section]["config"]["name"] == "made-config"
+    # The operator takes the ConfigMap: its checked copy holds the same keys.
+    facts = ClusterFacts.from_objects("gpu-ops", [GPU_NODE], [config_map])
+    (made,) = [o for o in render(policy, facts) if o["metadata"]["name"] == copy]
+    assert sorted(made["data"]) == sorted(meant)
+
+
+def test_device_plugin_config_default_is_copied_beside_the_made_configmap() -> None:
+    config = {"create": True, "name": "plugin-configs", "default": "time-sliced-4"}
+    rendered = helm_render({"devicePlugin": {"config": config | {"data": SHARING_DATA}}})
     spec = load_cluster_policy(only(rendered, "ClusterPolicy")).spec
     assert (spec.device_plugin.config.name, spec.device_plugin.config.default) == (
         "plugin-configs",
@@ -432,10 +480,11 @@ def test_nvidias_device_plugin_config_create_makes_the_configmap_the_policy_name
     )
 
 
-def test_an_existing_configmap_is_named_and_none_is_made() -> None:
-    rendered = helm_render({"devicePlugin": {"config": {"name": "mine", "data": SHARING_DATA}}})
+@pytest.mark.parametrize("section", CREATED)
+def test_an_existing_configmap_is_named_and_none_is_made(section: str) -> None:
+    rendered = helm_render({section: {"config": {"name": "mine", "data": CREATED[section][0]}}})
     assert not [o for o in rendered if o["kind"] == "ConfigMap"]
-    assert only(rendered, "ClusterPolicy")["spec"]["devicePlugin"]["config"] == {"name": "mine"}
+    assert only(rendered, "ClusterPolicy")["spec"][section]["config"]["name"] == "mine"
 
 
 def test_a_config_without_a_name_is_left_out_as_nvidias_chart_does() -> None:
@@ -444,16 +493,50 @@ def test_a_config_without_a_name_is_left_out_as_nvidias_chart_does() -> None:
 
 
 @pytest.mark.parametrize(
-    ("config", "message"),
+    ("values", "message"),
     [
-        ({"create": True, "data": SHARING_DATA}, "devicePlugin.config.name cannot be empty"),
-        ({"create": True, "name": "c", "data": {}}, "devicePlugin.config.data cannot be empty"),
+        *(
+            pytest.param(
+                {section: {"config": {"create": True, "data": CREATED[section][0]}}},
+                f"{section}.config.name cannot be empty when {section}.config.create is true",
+                id=f"{section}-no-name",
+            )
+            for section in CREATED
+        ),
+        *(
+            pytest.param(
+                {section: {"config": {"create": True, "name": "c", "data": empty}}},
+                f"{section}.config.data cannot be empty when {section}.config.create is true",
+                id=f"{section}-no-data",
+            )
+            for section, empty in (("devicePlugin", {}), ("dcgmExporter", ""), ("migManager", {}))
+        ),
+        pytest.param(
+            {"migManager": {"config": {"create": True, "name": "c", "data": {"a.yaml": "x"}}}},
+            "migManager.config.data lacks config.yaml: config.yaml is the mig-parted config",
+            id="migManager-without-config.yaml",
+        ),
     ],
-    ids=["no-name", "no-data"],
 )
-def test_create_without_a_name_or_data_fails_as_nvidias_chart_does(
-    config: dict[str, Any], message: str
+def test_create_without_a_name_or_the_data_fails_naming_the_value(
+    values: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(helm.HelmRenderError) as failed:
-        helm_render({"devicePlugin": {"config": config}})
+        helm_render(values)
     assert message in str(failed.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"dcgmExporter": {"config": {"data": {"dcgm-metrics.csv": METRICS}}}}, "/config/data"),
+        ({"migManager": {"config": {"data": "config.yaml: |-"}}}, "/migManager/config/data"),
+        ({"migManager": {"config": {"data": {"config.yaml": 1}}}}, "/config/data/config.yaml"),
+        ({"devicePlugin": {"config": {"create": "yes"}}}, "/devicePlugin/config/create"),
+    ],
+    ids=["csv-as-mapping", "mig-data-as-text", "a-number", "create-not-boolean"],
+)
+def test_config_data_of_the_wrong_type_fails_the_schema(values: dict[str, Any], where: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as failed:
+        helm_render(values)
+    assert where in str(failed.value)

@@ -81,6 +81,26 @@ def _image(name: str) -> st.SearchStrategy[dict[str, str]]:
     )
 
 
+def _config(names: list[str], defaults: list[str], data: Any) -> st.SearchStrategy[dict[str, Any]]:
+    """NVIDIA's ``<section>.config``: a ConfigMap's name and default, and, with a name, maybe
+    the chart's ``create`` and ``data`` (the chart makes the ConfigMap; migrate, reading a
+    ClusterPolicy, has neither: the policy means the same)."""
+    named = st.fixed_dictionaries(
+        {}, optional={"name": st.sampled_from(names), "default": st.sampled_from(defaults)}
+    )
+    return st.tuples(named, st.booleans()).map(
+        lambda t: t[0] | {"create": True, "data": data} if t[1] and t[0].get("name") else t[0]
+    )
+
+
+_PLUGIN_CONFIG = _config(["", "plugin-configs"], ["", "default"], {"default": "version: v1\n"})
+_METRICS_CONFIG = _config(["", "metrics"], [""], "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock.\n")
+_MIG_CONFIG = _config(
+    ["", "mig-configs", "default-mig-parted-config"],
+    ["", "all-disabled"],
+    {"config.yaml": "version: v1\nmig-configs:\n  all-disabled: []\n"},
+)
+
 _SPEC = st.fixed_dictionaries(
     {},
     optional={
@@ -96,7 +116,11 @@ _SPEC = st.fixed_dictionaries(
             },
         ),
         "driver": _image("driver"),
-        "devicePlugin": _image("k8s-device-plugin"),
+        "devicePlugin": st.tuples(_image("k8s-device-plugin"), _PLUGIN_CONFIG).map(
+            lambda t: {**t[0], "config": t[1]}
+        ),
+        "dcgmExporter": _METRICS_CONFIG.map(lambda config: {"config": config}),
+        "migManager": _MIG_CONFIG.map(lambda config: {"config": config}),
         "toolkit": st.tuples(_image("container-toolkit"), _env(_TOOLKIT_ENV)).map(
             lambda t: {**t[0], "env": t[1]}
         ),
