@@ -56,7 +56,7 @@ _CARRIED = {
     "driver": (*_IMAGE, *_COMMON, "repoConfig", "certConfig", "manager", "upgradePolicy"),
     "toolkit": (*_IMAGE, *_COMMON, "installDir"),
     "validator": (*_COMMON, "driver", "toolkit", "cuda", "plugin"),
-    "devicePlugin": (*_IMAGE, *_COMMON, "config"),
+    "devicePlugin": (*_IMAGE, *_COMMON, "config", "mps"),
     "gfd": (*_IMAGE, *_COMMON, "hostNetwork"),
     "dcgm": (*_IMAGE, *_COMMON, "hostNetwork"),
     "dcgmExporter": (
@@ -166,6 +166,7 @@ _NESTED_FIELDS = {
     ("driver", "repoConfig"): ("configMapName",),
     ("driver", "certConfig"): ("name",),
     ("devicePlugin", "config"): ("name", "default"),
+    ("devicePlugin", "mps"): ("root",),
     ("dcgmExporter", "config"): ("name",),
     ("migManager", "config"): ("name", "default"),
     ("migManager", "gpuClientsConfig"): ("name",),

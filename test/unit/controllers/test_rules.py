@@ -30,6 +30,7 @@ MIG = "nvidia.com/gpu.deploy.mig-manager"
 CAPABLE = "nvidia.com/mig.capable"
 MIG_CONFIG = "nvidia.com/mig.config"
 PAUSED = "paused-for-mig-change"
+MPS = "nvidia.com/mps.capable"
 
 
 @pytest.mark.parametrize(
@@ -95,6 +96,25 @@ PAUSED = "paused-for-mig-change"
             id="nvidias-mark-kept-as-it-is",
         ),
         pytest.param({PRESENT: "false", FROM: "nfd"}, ALL, {FROM: None}, id="stale-mark-removed"),
+        # The MPS control daemon selects the device plugin's label, written once for both.
+        pytest.param(
+            {NFD: "true", PRESENT: "true"},
+            ("device-plugin", "mps-control-daemon"),
+            {PLUGIN: "true"},
+            id="label-shared-by-the-mps-daemon",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", PLUGIN: "true"},
+            ("device-plugin",),
+            {},
+            id="shared-label-kept-while-one-of-its-components-is-enabled",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", PLUGIN: "true"},
+            ("driver",),
+            {DRIVER: "true", PLUGIN: None},
+            id="shared-label-removed-with-both-components",
+        ),
     ],
 )
 def test_label_changes(
@@ -207,7 +227,7 @@ _KEYS = st.sampled_from(
     ]
 )
 _VALUES = st.sampled_from(["true", "false", "", "paused-for-driver-upgrade", PAUSED, "all-1g.5gb"])
-_COMPONENTS = st.sets(st.sampled_from((*ALL, "mig-manager", "dcgm")))
+_COMPONENTS = st.sets(st.sampled_from((*ALL, "mig-manager", "dcgm", "mps-control-daemon")))
 _MIG_DEFAULTS = st.sampled_from([None, "all-disabled"])
 
 
@@ -369,6 +389,24 @@ def test_ready_nodes_needs_the_mig_manager_only_where_it_runs_and_not_what_it_pa
         )
         == "2/3"
     )
+
+
+def test_ready_nodes_needs_the_mps_daemon_only_on_mps_capable_nodes_it_was_not_paused_on() -> None:
+    def node(name: str, **labels: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {NFD: "true", **labels}}}
+
+    components = frozenset({"device-plugin", "mps-control-daemon"})
+    nodes = [node("plain"), node("mps", **{MPS: "true"}), node("off", **{MPS: "false"})]
+    running = {n: {"device-plugin"} for n in ("plain", "mps", "off")}
+    counts = {"device-plugin": 3, "mps-control-daemon": 1}
+    # The MPS-capable node lacks its MPS daemon; the others need none.
+    assert ready_nodes(nodes, running, components, counts) == "2/3"
+    running["mps"] = {"device-plugin", "mps-control-daemon"}
+    assert ready_nodes(nodes, running, components, counts) == "3/3"
+    # The MIG manager paused the device plugin's label, which the MPS daemon selects too.
+    paused = [node("plain"), node("mps", **{MPS: "true", PLUGIN: PAUSED}), node("off")]
+    counts = {"device-plugin": 2, "mps-control-daemon": 0}
+    assert ready_nodes(paused, {**running, "mps": set()}, components, counts) == "3/3"
 
 
 def test_components_partition_the_render() -> None:
