@@ -363,50 +363,35 @@ def test_ready_nodes_needs_every_enabled_component_on_a_gpu_node() -> None:
     assert ready_nodes(nodes, running, frozenset({"toolkit"}), {}) == "0/2"
 
 
-def test_ready_nodes_needs_the_mig_manager_only_where_it_runs_and_not_what_it_paused() -> None:
-    def node(name: str, **labels: str) -> dict[str, Any]:
-        return {"metadata": {"name": name, "labels": {NFD: "true", **labels}}}
+def _gpu_node(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {NFD: "true", **labels}}}
 
-    components = frozenset({"device-plugin", "mig-manager"})
-    nodes = [node("plain"), node("mig", **{CAPABLE: "true"}), node("off", **{CAPABLE: "false"})]
-    running = {n: {"device-plugin"} for n in ("plain", "mig", "off")}
-    counts = {"device-plugin": 3, "mig-manager": 1}
-    # The MIG-capable node lacks its MIG manager; the others need none.
+
+@pytest.mark.parametrize(
+    ("component", "capable"), [("mig-manager", CAPABLE), ("mps-control-daemon", MPS)]
+)
+def test_ready_nodes_needs_an_operand_of_capable_nodes_only_where_it_runs_and_not_paused(
+    component: str, capable: str
+) -> None:
+    components = frozenset({"device-plugin", component})
+    nodes = [
+        _gpu_node("plain"),
+        _gpu_node("yes", **{capable: "true"}),
+        _gpu_node("off", **{capable: "false"}),
+    ]
+    running = {n: {"device-plugin"} for n in ("plain", "yes", "off")}
+    counts = {"device-plugin": 3, component: 1}
+    # The capable node lacks its pod of the component; the others need none.
     assert ready_nodes(nodes, running, components, counts) == "2/3"
-    running["mig"] = {"device-plugin", "mig-manager"}
+    running["yes"] = {"device-plugin", component}
     assert ready_nodes(nodes, running, components, counts) == "3/3"
-    # The MIG manager paused the node's device plugin: its pod is meant to be gone.
-    paused = [node("plain"), node("mig", **{CAPABLE: "true", PLUGIN: PAUSED}), node("off")]
-    running["mig"] = {"mig-manager"}
-    assert ready_nodes(paused, running, components, {**counts, "device-plugin": 2}) == "3/3"
     # Counts that lag behind the pods bound the ready nodes that need the component.
-    assert (
-        ready_nodes(
-            nodes,
-            running | {"mig": running["mig"] | {"device-plugin"}},
-            components,
-            {**counts, "mig-manager": 0},
-        )
-        == "2/3"
-    )
-
-
-def test_ready_nodes_needs_the_mps_daemon_only_on_mps_capable_nodes_it_was_not_paused_on() -> None:
-    def node(name: str, **labels: str) -> dict[str, Any]:
-        return {"metadata": {"name": name, "labels": {NFD: "true", **labels}}}
-
-    components = frozenset({"device-plugin", "mps-control-daemon"})
-    nodes = [node("plain"), node("mps", **{MPS: "true"}), node("off", **{MPS: "false"})]
-    running = {n: {"device-plugin"} for n in ("plain", "mps", "off")}
-    counts = {"device-plugin": 3, "mps-control-daemon": 1}
-    # The MPS-capable node lacks its MPS daemon; the others need none.
-    assert ready_nodes(nodes, running, components, counts) == "2/3"
-    running["mps"] = {"device-plugin", "mps-control-daemon"}
-    assert ready_nodes(nodes, running, components, counts) == "3/3"
-    # The MIG manager paused the device plugin's label, which the MPS daemon selects too.
-    paused = [node("plain"), node("mps", **{MPS: "true", PLUGIN: PAUSED}), node("off")]
-    counts = {"device-plugin": 2, "mps-control-daemon": 0}
-    assert ready_nodes(paused, {**running, "mps": set()}, components, counts) == "3/3"
+    assert ready_nodes(nodes, running, components, {**counts, component: 0}) == "2/3"
+    # The MIG manager paused the node's device plugin, whose deploy label the MPS daemon
+    # selects too: their pods are meant to be gone.
+    paused = [_gpu_node("plain"), _gpu_node("yes", **{capable: "true", PLUGIN: PAUSED}), nodes[2]]
+    running["yes"] -= {"device-plugin", "mps-control-daemon"}
+    assert ready_nodes(paused, running, components, {**counts, "device-plugin": 2}) == "3/3"
 
 
 def test_components_partition_the_render() -> None:
