@@ -57,7 +57,7 @@ _CARRIED = {
     "driver": (*_IMAGE, *_COMMON, "repoConfig", "certConfig", "manager", "upgradePolicy"),
     "toolkit": (*_IMAGE, *_COMMON, "installDir"),
     "validator": (*_COMMON, "driver", "toolkit", "cuda", "plugin"),
-    "devicePlugin": (*_IMAGE, *_COMMON, "config"),
+    "devicePlugin": (*_IMAGE, *_COMMON, "config", "mps"),
     "gfd": (*_IMAGE, *_COMMON, "hostNetwork"),
     "dcgm": (*_IMAGE, *_COMMON, "hostNetwork"),
     "dcgmExporter": (
@@ -168,6 +168,7 @@ _NESTED_FIELDS = {
     ("driver", "repoConfig"): ("configMapName",),
     ("driver", "certConfig"): ("name",),
     ("devicePlugin", "config"): ("name", "default"),
+    ("devicePlugin", "mps"): ("root",),
     ("dcgmExporter", "config"): ("name",),
     ("migManager", "config"): ("name", "default"),
     ("migManager", "gpuClientsConfig"): ("name",),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from controllers._upgrade_plan import SKIP, STATE
 from controllers.render._facts import OS_ID_LABEL, OS_VERSION_LABEL
+from controllers.render._mpsdaemon import MPS_CAPABLE
 
 __all__ = [
     "DEPLOY_LABELS",
@@ -14,6 +15,8 @@ __all__ = [
     "MIG_CAPABLE",
     "MIG_CONFIG",
     "MIG_DEPLOY_LABELS",
+    "MPS_CAPABLE",
+    "MPS_COMPONENTS",
     "NFD_GPU_LABELS",
     "READ_LABELS",
     "VGPU_HOST_DRIVER",
@@ -40,6 +43,8 @@ DEPLOY_LABELS = {
     "dcgm-exporter": "nvidia.com/gpu.deploy.dcgm-exporter",
     "node-status-exporter": "nvidia.com/gpu.deploy.node-status-exporter",
     "mig-manager": "nvidia.com/gpu.deploy.mig-manager",
+    # NVIDIA's MPS daemon has none of its own: it selects the device plugin's.
+    "mps-control-daemon": "nvidia.com/gpu.deploy.device-plugin",
 }
 """Each gpuctrl component's deploy label (NVIDIA's names, which its DaemonSet selects)."""
 MIG_CAPABLE = "nvidia.com/mig.capable"
@@ -52,6 +57,9 @@ MIG_CONFIG = "nvidia.com/mig.config"
 """The mig-parted config a node's MIG manager applies (the user's, or ``all-disabled``)."""
 MIG_DEPLOY_LABELS = frozenset({DEPLOY_LABELS["mig-manager"]})
 """The deploy labels given to MIG-capable GPU nodes only."""
+MPS_COMPONENTS = frozenset({"mps-control-daemon"})
+"""The components that run only on nodes labelled `MPS_CAPABLE` ``true`` (their DaemonSet
+selects it)."""
 READ_LABELS = (
     *NFD_GPU_LABELS,
     GPU_PRESENT,
@@ -62,6 +70,7 @@ READ_LABELS = (
     GPU_PRODUCT,
     VGPU_HOST_DRIVER,
     MIG_CONFIG,
+    MPS_CAPABLE,
     OS_ID_LABEL,
     OS_VERSION_LABEL,
     STATE,

@@ -29,6 +29,8 @@ from controllers._labels import (
     MIG_CAPABLE,
     MIG_CONFIG,
     MIG_DEPLOY_LABELS,
+    MPS_CAPABLE,
+    MPS_COMPONENTS,
     NFD_GPU_LABELS,
     VGPU_HOST_DRIVER,
 )
@@ -119,9 +121,16 @@ def label_changes(
         changes[GPU_PRESENT_FROM] = None
     if gpu and mig_capable and mig_config and not labels.get(MIG_CONFIG):
         changes[MIG_CONFIG] = mig_config
-    for component, label in DEPLOY_LABELS.items():
+    # A label two components share (the device plugin's, the MPS daemon's too) is wanted while
+    # either is.
+    wanted_labels = {
+        label
+        for component, label in DEPLOY_LABELS.items()
+        if component in wanted and (mig_capable or label not in MIG_DEPLOY_LABELS)
+    }
+    for label in dict.fromkeys(DEPLOY_LABELS.values()):
         value = labels.get(label)
-        want = component in wanted and (mig_capable or label not in MIG_DEPLOY_LABELS)
+        want = label in wanted_labels
         if want and not value:
             changes[label] = _OURS
         elif not want and value == _OURS:
@@ -131,13 +140,14 @@ def label_changes(
 
 def node_components(labels: Mapping[str, str], enabled: Iterable[str]) -> frozenset[str]:
     """Of the ``enabled`` components, those a GPU node with ``labels`` should run a Ready pod
-    of: the MIG manager only on a MIG-capable node, and none whose deploy label the MIG manager
-    paused there (``paused-for-mig-change``: its pod is meant to be gone until the label is
-    back)."""
+    of: the MIG manager only on a MIG-capable node, the MPS control daemon only on an
+    MPS-capable one, and none whose deploy label the MIG manager paused there
+    (``paused-for-mig-change``: its pod is meant to be gone until the label is back)."""
     return frozenset(
         component
         for component in enabled
         if (is_mig_capable(labels) or DEPLOY_LABELS[component] not in MIG_DEPLOY_LABELS)
+        and (labels.get(MPS_CAPABLE) == "true" or component not in MPS_COMPONENTS)
         and labels.get(DEPLOY_LABELS[component]) != MIG_PAUSED
     )
 

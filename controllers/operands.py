@@ -11,6 +11,7 @@ from controllers.deviceplugin import DEVICE_PLUGIN
 from controllers.driver import DRIVER
 from controllers.gfd import GFD
 from controllers.migmanager import MIG_MANAGER
+from controllers.mpsdaemon import MPS_CONTROL_DAEMON
 from controllers.nodestatus import NODE_STATUS_EXPORTER
 from controllers.toolkit import TOOLKIT
 from controllers.validator import VALIDATOR
@@ -22,6 +23,7 @@ OPERANDS: tuple[Operand, ...] = (
     TOOLKIT,
     VALIDATOR,
     DEVICE_PLUGIN,
+    MPS_CONTROL_DAEMON,
     GFD,
     DCGM,
     DCGM_EXPORTER,

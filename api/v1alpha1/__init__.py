@@ -24,7 +24,7 @@ from api.v1alpha1._dcgm import (
     DCGMExporterSpec,
     DCGMSpec,
 )
-from api.v1alpha1._deviceplugin import DevicePluginConfig, DevicePluginSpec
+from api.v1alpha1._deviceplugin import DevicePluginConfig, DevicePluginSpec, MPSConfig
 from api.v1alpha1._driver import CertConfig, DriverManagerSpec, DriverSpec, RepoConfig
 from api.v1alpha1._gfd import GFDSpec
 from api.v1alpha1._images import NVIDIA_IMAGES, PinnedImage
@@ -125,6 +125,7 @@ __all__ = [
     "MIGPartedConfig",
     "MIGSpec",
     "MIGStrategy",
+    "MPSConfig",
     "Mesh",
     "MeshOptOut",
     "NodeStatusExporterSpec",

@@ -25,6 +25,7 @@ __all__ = [
     "DNS_LABEL",
     "DNS_SUBDOMAIN",
     "MAX_LIST_ITEMS",
+    "NORMAL_PATH",
     "ApiModel",
     "ApiObject",
     "DnsLabel",
@@ -44,6 +45,9 @@ DNS_LABEL = rf"^{_LABEL}$"
 """RE2 pattern of a DNS label (RFC 1123), at most 63 characters: a runtime handler's name."""
 DNS_SUBDOMAIN = rf"^{_LABEL}(\.{_LABEL})*$"
 """RE2 pattern of a DNS subdomain (RFC 1123), at most 253 characters: an object's name."""
+NORMAL_PATH = r"^(/([^/.][^/]*|[.][^/.][^/]*|[.][.][^/]+))+$"
+"""RE2 pattern of an absolute path other than / in normal form: no '//', no '.' or '..'
+segment, no trailing '/' (what ``posixpath.normpath`` leaves unchanged)."""
 MAX_LIST_ITEMS = 256
 """The most items of any list and entries of any map of a policy (the apiserver refuses more at
 apply time; CEL rules need the bound for their cost budget): far more than any policy has, and

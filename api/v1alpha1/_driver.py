@@ -8,7 +8,14 @@ from typing import Annotated
 
 from pydantic import Field
 
-from api.v1alpha1._base import MAX_LIST_ITEMS, ApiModel, EnvVar, ObjectName, PullPolicy
+from api.v1alpha1._base import (
+    MAX_LIST_ITEMS,
+    NORMAL_PATH,
+    ApiModel,
+    EnvVar,
+    ObjectName,
+    PullPolicy,
+)
 from api.v1alpha1._cel import Rule, cel_rules, interpolated, literal, quoted
 from api.v1alpha1._component import Component, Image, ImageVersion
 from api.v1alpha1._images import NVIDIA_IMAGES
@@ -69,9 +76,8 @@ def _parents(path: str) -> list[str]:
     return parents
 
 
-# An absolute path other than / in normal form: no '//', no '.' or '..' segment, no trailing
-# '/' (what posixpath.normpath leaves unchanged).
-_NORMAL = f"self.matches({quoted(r'^(/([^/.][^/]*|[.][^/.][^/]*|[.][.][^/]+))+$')})"
+# Whether self is absolute, normal and not / (NORMAL_PATH).
+_NORMAL = f"self.matches({quoted(NORMAL_PATH)})"
 _ROOTS = literal(FORBIDDEN_HOST_ROOTS)
 _UNDER = "r == self || self.startsWith(r + '/')"
 _HOLDS = "r.startsWith(self + '/')"

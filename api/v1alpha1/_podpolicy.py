@@ -43,6 +43,7 @@ TargetComponent = Literal[
     "dcgm-exporter",
     "node-status-exporter",
     "mig-manager",
+    "mps-control-daemon",
 ]
 
 

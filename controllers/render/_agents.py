@@ -130,7 +130,6 @@ _DEVICE_PLUGIN_ENV = {
     "DEVICE_ID_STRATEGY": "uuid",
     "NVIDIA_VISIBLE_DEVICES": "all",
     "NVIDIA_DRIVER_CAPABILITIES": "all",
-    "MPS_ROOT": "/run/nvidia/mps",
 }
 _POD_ENV = (
     {"name": "GPUCTRL_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -428,10 +427,12 @@ def mig_env(policy: ClusterPolicy) -> dict[str, str]:
 
 
 def _device_plugin_env(policy: ClusterPolicy) -> tuple[dict[str, str], ...]:
-    """The device plugin image's env as NVIDIA's operator sets it: the MIG strategy (MIG
-    devices monitored unless it is ``none``) and, with CDI, GPUs handed out as CDI devices
-    (annotations and the CRI field) with the CDI hook the installer put in the runtime dir."""
-    values = dict(_DEVICE_PLUGIN_ENV) | mig_env(policy)
+    """The device plugin image's env as NVIDIA's operator sets it: the MPS root, the MIG
+    strategy (MIG devices monitored unless it is ``none``) and, with CDI, GPUs handed out as CDI
+    devices (annotations and the CRI field) with the CDI hook the installer put in the runtime
+    dir."""
+    mps = {"MPS_ROOT": policy.spec.device_plugin.mps.root}
+    values = dict(_DEVICE_PLUGIN_ENV) | mps | mig_env(policy)
     if policy.spec.cdi.enabled:
         values |= {
             "CDI_ENABLED": "true",
@@ -480,6 +481,7 @@ def render_device_plugin(policy: ClusterPolicy, facts: ClusterFacts) -> list[dic
             ds=ds,
             config_manager=manager,
             host_root=VALIDATOR_HOST_ROOT,
+            mps_root=plugin.mps.root,
             **gated_pod(policy),
         )
     )

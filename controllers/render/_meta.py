@@ -38,6 +38,7 @@ NVIDIA_APPS: Mapping[str, str] = {
     "toolkit": "nvidia-container-toolkit-daemonset",
     "validator": "nvidia-operator-validator",
     "device-plugin": "nvidia-device-plugin-daemonset",
+    "mps-control-daemon": "nvidia-device-plugin-mps-control-daemon",
     "gpu-feature-discovery": "gpu-feature-discovery",
     "dcgm": "nvidia-dcgm",
     "dcgm-exporter": "nvidia-dcgm-exporter",

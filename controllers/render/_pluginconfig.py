@@ -1,16 +1,15 @@
-"""``devicePlugin.config`` as NVIDIA's operator applies it to the device plugin and GPU feature
-discovery: NVIDIA's config-manager as an init container (``ONESHOT=true``: picks the node's
-config before the operand starts) and a sidecar (watches the node's
-``nvidia.com/device-plugin.config`` label and sends the operand SIGHUP when it changes, which
-is why the pod shares its process namespace), the configs at ``/available-configs``, the chosen
-one linked at ``/config/config.yaml`` in an emptyDir every container shares, ``CONFIG_FILE``
-pointing the operand at it.
+"""``devicePlugin.config`` as NVIDIA's operator applies it to the device plugin, GPU feature
+discovery and the MPS control daemon: NVIDIA's config-manager as an init container
+(``ONESHOT=true``: picks the node's config before the operand starts) and a sidecar (watches
+the node's ``nvidia.com/device-plugin.config`` label and sends the operand SIGHUP when it
+changes, which is why the pod shares its process namespace, the MPS daemon's the host's), the
+configs at ``/available-configs``, the chosen one linked at ``/config/config.yaml`` in an
+emptyDir every container shares, ``CONFIG_FILE`` pointing the operand at it.
 
 Unlike NVIDIA's operator, the pods never mount the user's ConfigMap: config-manager reads the
 mounted files, so a bad edit of that ConfigMap would reach every node. Each operand mounts a
 ConfigMap of its own (`copy_name`) holding the user's configs once `config_problems` accepts
-them all, none shares by MPS (gpuctrl does not run NVIDIA's MPS control daemon yet) and
-``default`` names one of them; while any is refused, the render fails with
+them all and ``default`` names one of them; while any is refused, the render fails with
 `InvalidDevicePluginConfig` and the controller keeps the last good copy and DaemonSet. The
 copy's data hash is on the pod template, so a change of the configs rolls the pods (NVIDIA's
 config-manager only reacts to the label); a change of a node's label does not.
@@ -26,7 +25,7 @@ from controllers.render._engine import render_template
 from controllers.render._errors import InvalidDevicePluginConfig
 from controllers.render._facts import ClusterFacts, ConfigMapFacts
 from controllers.render._meta import CONFIG_HASH, NODE_NAME_ENV, config_hash, metadata
-from controllers.render._sharing import config_problems, shares_by_mps
+from controllers.render._sharing import config_problems
 
 __all__ = ["CONFIG_LABEL", "ConfigManager", "config_manager", "copy_name"]
 
@@ -42,12 +41,6 @@ _MOUNTS = (
     {"name": _AVAILABLE_VOLUME, "mountPath": _AVAILABLE},
 )
 _SIGHUP = "1"
-# MPS needs NVIDIA's MPS control daemon on the node (NVIDIA's state-mps-control-daemon), which
-# gpuctrl does not deploy yet: a plugin told to share by MPS would wait for it and fail.
-_NO_MPS_DAEMON = (
-    "gpuctrl does not deploy NVIDIA's MPS control daemon yet, without which NVIDIA's device "
-    "plugin cannot share by MPS: share by timeSlicing"
-)
 
 
 @dataclass(frozen=True)
@@ -130,11 +123,6 @@ def _accepted(policy: ClusterPolicy, facts: ClusterFacts) -> ConfigMapFacts | No
     if found is None:
         return None
     problems = [str(p) for p in config_problems(found.data, policy.spec.mig.strategy)]
-    problems += [
-        f"{name}: sharing.mps: {_NO_MPS_DAEMON}"
-        for name, text in sorted(found.data.items())
-        if shares_by_mps(text)
-    ]
     if not found.data:
         problems.append("holds no config: each key is one (e.g. default, time-sliced-4)")
     elif config.default is not None and config.default not in found.data:

@@ -22,6 +22,7 @@ from controllers.render._facts import ClusterFacts
 from controllers.render._gfd import render_gfd
 from controllers.render._meta import metadata
 from controllers.render._migmanager import render_mig_manager
+from controllers.render._mpsdaemon import render_mps_control_daemon
 from controllers.render._nodestatus import render_node_status_exporter
 
 __all__ = ["COMPONENTS", "builtin_workload_templates", "render", "render_component"]
@@ -75,6 +76,7 @@ COMPONENTS = (
     "toolkit",
     "validator",
     "device-plugin",
+    "mps-control-daemon",
     "gpu-feature-discovery",
     "dcgm",
     "dcgm-exporter",
@@ -88,6 +90,7 @@ _PARTS: tuple[tuple[str, Callable[[ClusterPolicy, ClusterFacts], list[dict[str, 
     ("toolkit", render_toolkit),
     ("validator", _validator),
     ("device-plugin", render_device_plugin),
+    ("mps-control-daemon", render_mps_control_daemon),
     ("gpu-feature-discovery", render_gfd),
     ("dcgm", render_dcgm),
     ("dcgm-exporter", render_dcgm_exporter),

@@ -38,7 +38,6 @@ __all__ = [
     "MPS_MAX_REPLICAS",
     "ConfigProblem",
     "config_problems",
-    "shares_by_mps",
 ]
 
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -111,16 +110,6 @@ def config_problems(configs: Mapping[str, str], mig_strategy: str) -> list[Confi
         for name in sorted(configs)
         for path, message in _document(configs[name], mig_strategy)
     ]
-
-
-def shares_by_mps(text: str) -> bool:
-    """Whether config ``text`` has a ``sharing.mps`` section (False when it is not YAML)."""
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return False
-    sharing = config.get("sharing") if isinstance(config, Mapping) else None
-    return isinstance(sharing, Mapping) and "mps" in sharing
 
 
 def _document(text: str, mig_strategy: str) -> Iterator[tuple[str, str]]:

@@ -9,9 +9,9 @@ are the operator's own work. Prints (a) seconds from starting the manager until 
 carries the deploy labels of the default policy's operands and the driver upgrade controller's
 mark (``nvidia.com/gpu-driver-upgrade-enabled``), and every DaemonSet the policy renders for the
 two OS versions is applied (from the renderer: two drivers, toolkit, validator, device plugin,
-GPU feature discovery, DCGM exporter); (c) the manager's write requests during
-``--quiet-seconds`` after that, counted in the apiserver's audit log by its User-Agent (Lease
-renewals listed apart); (d) the manager's peak RSS (VmHWM).
+MPS control daemon, GPU feature discovery, DCGM exporter, MIG manager); (c) the manager's write
+requests during ``--quiet-seconds`` after that, counted in the apiserver's audit log by its
+User-Agent (Lease renewals listed apart); (d) the manager's peak RSS (VmHWM).
 
 ``--pods``: controller-manager and scheduler on (at their default API QPS of 20 and 50, which
 the control plane kit does not raise: so use a few dozen nodes), and the simulated kubelet runs
@@ -44,7 +44,7 @@ from operator_helpers import POLICIES, AuditLog, install_crds, policy  # noqa: E
 from api.v1alpha1 import load_cluster_policy  # noqa: E402
 from controllers._labels import DEPLOY_LABELS  # noqa: E402
 from controllers._upgrade_plan import ENABLED  # noqa: E402
-from controllers.nodes import enabled_components  # noqa: E402
+from controllers.nodes import enabled_components, label_changes  # noqa: E402
 from controllers.render import ClusterFacts, render  # noqa: E402
 
 NODES = Resource("v1", "Node", "nodes", False)
@@ -59,11 +59,18 @@ def _expected() -> tuple[str, int, int]:
     operands' deploy labels, its DaemonSets, and its operand pods per node."""
     policy = load_cluster_policy({})
     enabled = enabled_components(policy)
-    selector = ",".join(f"{DEPLOY_LABELS[c]}=true" for c in sorted(enabled))
     facts = ClusterFacts.from_objects("gpuctrl", [node(0), node(1)], [])
+    [first, _] = facts.nodes
+    labels = {**first.labels, **label_changes(first.labels, enabled)}
+    # The deploy labels a bench node gets (not the MIG manager's: no node is MIG-capable).
+    deploy = sorted({f"{k}=true" for k in DEPLOY_LABELS.values() if labels.get(k) == "true"})
     sets = [o for o in render(policy, facts) if o["kind"] == "DaemonSet"]
-    drivers = sum(o["metadata"]["name"].startswith("gpuctrl-driver-") for o in sets)
-    return selector, len(sets), len(sets) - drivers + 1  # one driver per node
+    # A node's pods: the DaemonSets that select it (its OS's driver; not the MIG manager nor
+    # the MPS daemon, which select labels the bench's nodes lack).
+    placed = [
+        o for o in sets if o["spec"]["template"]["spec"]["nodeSelector"].items() <= labels.items()
+    ]
+    return ",".join(deploy), len(sets), len(placed)
 
 
 def node(index: int) -> dict[str, object]:

@@ -202,8 +202,12 @@ async def _operands_run_then_interrupt(run: Run) -> None:
             assert {"gpuctrl-driver-ubuntu22.04", "gpuctrl-driver-ubuntu24.04"} <= names
             assert "gpuctrl-toolkit" in names
             for ds in sets:
-                # make run's nodes are not MIG-capable: the MIG manager runs on none of them.
-                placed = ds.metadata.name != "gpuctrl-mig-manager"
+                # make run's nodes are neither MIG- nor MPS-capable: the MIG manager and the MPS
+                # control daemon run on none of them.
+                placed = ds.metadata.name not in (
+                    "gpuctrl-mig-manager",
+                    "gpuctrl-mps-control-daemon",
+                )
                 assert (ds.status.desired_number_scheduled > 0) == placed, ds.metadata.name
                 assert ds.status.number_ready == ds.status.desired_number_scheduled, (
                     ds.metadata.name

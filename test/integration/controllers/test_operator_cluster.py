@@ -47,6 +47,7 @@ AGENTS = {
     "gpuctrl-gpu-feature-discovery",
     "gpuctrl-dcgm-exporter",
     "gpuctrl-mig-manager",  # on no node here: none is MIG-capable
+    "gpuctrl-mps-control-daemon",  # on no node here: none is MPS-capable
 }
 PODS = Resource("v1", "Pod", "pods")
 SERVICE_ACCOUNTS = Resource("v1", "ServiceAccount", "serviceaccounts")
@@ -146,6 +147,7 @@ async def test_mixed_os_cluster_converges(
             "ToolkitReady",
             "ValidatorReady",
             "DevicePluginReady",
+            "MPSControlDaemonReady",
             "GFDReady",
             "DCGMReady",
             "DCGMExporterReady",

@@ -2,8 +2,10 @@
 discovery run NVIDIA's config-manager on gpuctrl's copy of the accepted configs; a node label
 selects a config without replacing any pod, a change of the configs rolls the pods onto the new
 copy, and a refused config leaves the last good copy and pods running, saying why in the
-conditions and an Event. The simulated kubelet does not run NVIDIA's images, so this asserts
-what gpuctrl controls; the tests run in order on one cluster."""
+conditions and an Event. An MPS config is accepted, and NVIDIA's MPS control daemon runs (and
+is counted) only on the node labelled MPS-capable, and goes and comes with the device plugin.
+The simulated kubelet does not run NVIDIA's images, so this asserts what gpuctrl controls; the
+tests run in order on one cluster."""
 
 from __future__ import annotations
 
@@ -238,4 +240,92 @@ async def test_a_refused_config_keeps_the_last_good_one_running(
         assert all(d["time-sliced-4"] == time_sliced(4) for d in (await copies(client)).values())
 
     await eventually(fixed, within=60)
+    await ready(client)
+
+
+MPS_DAEMON = "gpuctrl-mps-control-daemon"
+MPS_CAPABLE = "nvidia.com/mps.capable"
+MPS_4 = (
+    "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
+)
+
+
+async def mps_daemon(client: Client, nodes: int) -> dict[str, Any]:
+    """Wait until the MPS control daemon is ready on ``nodes`` nodes, counted in its condition
+    and the policy's readyNodes for the policy's generation; its condition."""
+
+    async def check() -> dict[str, Any]:
+        obj = await client.get(POLICIES, POLICY)
+        status = obj.get("status") or {}
+        found = conditions(status).get("MPSControlDaemonReady", {})
+        assert found.get("observedGeneration") == obj["metadata"]["generation"], found
+        assert (found["status"], found["reason"]) == ("True", "Reconciled"), found
+        assert found["message"] == f"mps-control-daemon: {nodes}/{nodes} nodes ready"
+        assert (status.get("state"), status.get("readyNodes")) == ("ready", "2/2"), status
+        ds = await client.get(DAEMON_SETS, MPS_DAEMON, NAMESPACE)
+        assert (ds.get("status") or {}).get("numberAvailable", 0) == nodes, ds.get("status")
+        return dict(found)
+
+    return await eventually(check, within=120)
+
+
+async def daemon_nodes(client: Client) -> set[str]:
+    """The nodes of the MPS control daemon's pods."""
+    found = await client.list(PODS, NAMESPACE, label_selector=f"app={MPS_DAEMON}")
+    return {p["spec"]["nodeName"] for p in found if not p["metadata"].get("deletionTimestamp")}
+
+
+async def test_an_mps_config_is_accepted_and_the_daemon_runs_only_where_mps_capable(
+    operator: None, client: Client
+) -> None:
+    await mps_daemon(client, 0)  # deployed with the device plugin, on no node yet
+    await client.merge_patch(CONFIG_MAPS, USERS, {"data": {"mps-4": MPS_4}}, NAMESPACE)
+
+    async def copied() -> None:
+        copy = await client.get(CONFIG_MAPS, f"{MPS_DAEMON}-config", NAMESPACE)
+        assert copy["data"].get("mps-4") == MPS_4
+        assert all(d.get("mps-4") == MPS_4 for d in (await copies(client)).values())
+
+    await eventually(copied, within=60)
+    await ready(client)
+    # gpu-1 is put on the MPS config; GPU feature discovery (simulated here) labels it so.
+    labels = {CONFIG_LABEL: "mps-4", MPS_CAPABLE: "true"}
+    await client.merge_patch(NODES, "gpu-1", {"metadata": {"labels": labels}})
+    await mps_daemon(client, 1)
+    assert await daemon_nodes(client) == {"gpu-1"}
+    ds = await client.get(DAEMON_SETS, MPS_DAEMON, NAMESPACE)
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {
+        "nvidia.com/gpu.deploy.device-plugin": "true",
+        MPS_CAPABLE: "true",
+    }
+    assert [c["name"] for c in pod["containers"]] == ["mps-control-daemon-ctr", "config-manager"]
+    # Back on a time-sliced config GPU feature discovery says false: the daemon leaves.
+    labels = {CONFIG_LABEL: "time-sliced-4", MPS_CAPABLE: "false"}
+    await client.merge_patch(NODES, "gpu-1", {"metadata": {"labels": labels}})
+    await mps_daemon(client, 0)
+
+    async def left() -> None:
+        assert await daemon_nodes(client) == set()
+
+    await eventually(left, within=60)
+
+
+async def test_the_mps_daemon_goes_and_comes_with_the_device_plugin(
+    operator: None, client: Client
+) -> None:
+    await client.merge_patch(NODES, "gpu-0", {"metadata": {"labels": {MPS_CAPABLE: "true"}}})
+    await mps_daemon(client, 1)
+    await client.merge_patch(POLICIES, POLICY, {"spec": {"devicePlugin": {"enabled": False}}})
+
+    async def removed() -> None:
+        sets = {d["metadata"]["name"] for d in await client.list(DAEMON_SETS, NAMESPACE)}
+        assert MPS_DAEMON not in sets, sets
+        found = conditions((await client.get(POLICIES, POLICY))["status"])
+        daemon = found.get("MPSControlDaemonReady", {})
+        assert (daemon.get("status"), daemon.get("reason")) == ("True", "Disabled"), daemon
+
+    await eventually(removed, within=60)
+    await client.merge_patch(POLICIES, POLICY, {"spec": {"devicePlugin": {"enabled": True}}})
+    await mps_daemon(client, 1)
     await ready(client)

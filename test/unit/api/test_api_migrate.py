@@ -443,9 +443,25 @@ def test_the_device_plugins_named_configs_are_carried(
     out, err = capsys.readouterr()
     spec = yaml.safe_load(out)["spec"]
     assert spec["devicePlugin"]["config"] == {"name": "time-slicing-config", "default": "any"}
-    assert "spec.devicePlugin.mps: not supported by gpuctrl" in err
-    config = load_cluster_policy(yaml.safe_load(out)).spec.device_plugin.config
-    assert (config.name, config.default) == ("time-slicing-config", "any")
+    assert spec["devicePlugin"]["mps"] == {"root": "/run/nvidia/mps"}
+    assert "devicePlugin" not in err
+    plugin = load_cluster_policy(yaml.safe_load(out)).spec.device_plugin
+    assert (plugin.config.name, plugin.config.default) == ("time-slicing-config", "any")
+    assert plugin.mps.root == "/run/nvidia/mps"
+
+
+def test_nvidias_mps_root_is_carried_and_what_gpuctrl_lacks_of_it_named() -> None:
+    nvidia = {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "p"},
+        "spec": {"devicePlugin": {"mps": {"root": "/var/lib/mps", "pipes": "x"}}},
+    }
+    migration = from_nvidia(nvidia)
+    assert migration.policy["spec"] == {"devicePlugin": {"mps": {"root": "/var/lib/mps"}}}
+    assert migration.dropped == ["spec.devicePlugin.mps.pipes: not supported by gpuctrl"]
+    policy = load_cluster_policy(migration.policy)
+    assert policy.spec.device_plugin.mps.root == "/var/lib/mps"
 
 
 def test_a_default_without_a_configmap_is_dropped_as_nvidia_ignores_it(

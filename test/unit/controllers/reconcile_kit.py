@@ -75,6 +75,7 @@ class Writes:
 
     applied: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     deleted: list[tuple[str, str | None, str]] = field(default_factory=list)
+    delete_options: list[dict[str, Any]] = field(default_factory=list)
     patched: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     refuse: dict[tuple[str, str], ApiError] = field(default_factory=dict)
     stored: dict[tuple[str, str | None, str], dict[str, Any]] = field(default_factory=dict)
@@ -109,8 +110,11 @@ class Writes:
         self.applied.append((field_manager, obj))
         return obj
 
-    async def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
+    async def delete(
+        self, resource: Resource, name: str, namespace: str | None = None, **options: Any
+    ) -> None:
         self.deleted.append((resource.kind, namespace, name))
+        self.delete_options.append(options)
 
     async def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Any:
         self.patched.append((path, body))

@@ -129,6 +129,75 @@ async def test_a_field_someone_edited_is_applied_again(
     assert [reason for _, reason, _ in status.events[-1:]] == ["Updated"]
 
 
+def _earlier_release(ds: dict[str, Any]) -> dict[str, Any]:
+    """``ds`` as an earlier gpuctrl made it: selecting its pods by ``app=<its name>``."""
+    ds = copy.deepcopy(ds)
+    ds["metadata"]["uid"] = "earlier"
+    ds["metadata"]["annotations"][APPLIED_HASH] = "earlier"
+    ds["spec"]["selector"] = {"matchLabels": {"app": "gpuctrl-device-plugin"}}
+    return ds
+
+
+async def test_a_daemonset_with_an_earlier_selector_is_deleted_with_its_pods_orphaned(
+    two_nodes: HandFilledCache, writes: Writes, status: StatusRecord
+) -> None:
+    reconcile = reconciler(two_nodes, writes, status)
+    await reconcile(REQUEST)
+    converge(two_nodes, writes, ready=True)
+    two_nodes.put(_earlier_release(_cached_daemonset(two_nodes)))
+    await reconcile(REQUEST)
+    assert writes.applied == []  # a selector never changes in place
+    assert writes.deleted == [("DaemonSet", NAMESPACE, "gpuctrl-device-plugin")]
+    assert writes.delete_options == [{"propagation_policy": "Orphan", "uid": "earlier"}]
+    assert status.events[-1][1] == "Replacing"
+    deleting = _earlier_release(_cached_daemonset(two_nodes))
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-05T00:00:00Z"
+    two_nodes.put(deleting)
+    await reconcile(REQUEST)  # the garbage collector orphans its pods: nothing to do yet
+    assert (len(writes.applied), len(writes.deleted)) == (0, 1)
+
+
+def _plugin_pod(name: str, generation: str, owner: bool = False) -> dict[str, Any]:
+    labels = {
+        "app.kubernetes.io/managed-by": "gpuctrl",
+        "app.kubernetes.io/component": "device-plugin",
+        "pod-template-generation": generation,
+    }
+    meta: dict[str, Any] = {"name": name, "namespace": NAMESPACE, "labels": labels}
+    if owner:
+        meta["ownerReferences"] = [
+            {"kind": "DaemonSet", "name": "x", "uid": "u", "controller": True}
+        ]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
+
+
+@pytest.mark.parametrize(
+    ("pods", "generation"),
+    [
+        pytest.param([], None, id="no-pods"),
+        pytest.param([("a", "3", False), ("b", "7", False)], "8", id="orphans"),
+        pytest.param([("a", "3", True)], None, id="owned"),
+        pytest.param([("a", "x", False)], None, id="not-a-number"),
+    ],
+)
+async def test_a_daemonset_made_over_orphaned_pods_continues_their_template_generation(
+    two_nodes: HandFilledCache,
+    writes: Writes,
+    status: StatusRecord,
+    pods: list[tuple[str, str, bool]],
+    generation: str | None,
+) -> None:
+    for name, number, owned in pods:
+        writes.stored[("Pod", NAMESPACE, name)] = _plugin_pod(name, number, owned)
+    await reconciler(two_nodes, writes, status)(REQUEST)
+    [ds] = [obj for _, obj in writes.applied if obj["kind"] == "DaemonSet"]
+    annotations = ds["metadata"]["annotations"]
+    assert annotations.get("deprecated.daemonset.template.generation") == generation
+    converge(two_nodes, writes, ready=True)
+    await reconciler(two_nodes, writes, status)(REQUEST)
+    assert writes.applied == []  # the annotation is no part of what is compared
+
+
 async def test_a_request_for_a_policy_that_is_not_honoured_does_nothing(
     two_nodes: HandFilledCache, writes: Writes, status: StatusRecord
 ) -> None:
@@ -337,5 +406,6 @@ async def test_without_the_crd_nothing_is_listed_for_the_service_monitor(
     reconcile = reconciler(cluster, writes, status, DCGM_EXPORTER)
     await reconcile(REQUEST)
     converge(cluster, writes, ready=True)
+    writes.reads = 0  # making the DaemonSet read its pods (`test_a_daemonset_made_over_...`)
     await reconcile(REQUEST)
     assert (writes.count, writes.reads) == (0, 0)  # a cluster without the CRD costs no request

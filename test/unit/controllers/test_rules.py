@@ -33,6 +33,7 @@ PAUSED = "paused-for-mig-change"
 PRODUCT = "nvidia.com/gpu.product"
 VGPU_HOST = "nvidia.com/vgpu.host-driver-version"
 WORKLOAD = "nvidia.com/gpu.workload.config"
+MPS = "nvidia.com/mps.capable"
 
 
 @pytest.mark.parametrize(
@@ -98,6 +99,25 @@ WORKLOAD = "nvidia.com/gpu.workload.config"
             id="nvidias-mark-kept-as-it-is",
         ),
         pytest.param({PRESENT: "false", FROM: "nfd"}, ALL, {FROM: None}, id="stale-mark-removed"),
+        # The MPS control daemon selects the device plugin's label, written once for both.
+        pytest.param(
+            {NFD: "true", PRESENT: "true"},
+            ("device-plugin", "mps-control-daemon"),
+            {PLUGIN: "true"},
+            id="label-shared-by-the-mps-daemon",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", PLUGIN: "true"},
+            ("device-plugin",),
+            {},
+            id="shared-label-kept-while-one-of-its-components-is-enabled",
+        ),
+        pytest.param(
+            {NFD: "true", PRESENT: "true", PLUGIN: "true"},
+            ("driver",),
+            {DRIVER: "true", PLUGIN: None},
+            id="shared-label-removed-with-both-components",
+        ),
     ],
 )
 def test_label_changes(
@@ -242,7 +262,7 @@ _KEYS = st.sampled_from(
 _VALUES = st.sampled_from(
     ["true", "false", "", "paused-for-driver-upgrade", PAUSED, "all-1g.5gb", "NVIDIA-A30"]
 )
-_COMPONENTS = st.sets(st.sampled_from((*ALL, "mig-manager", "dcgm")))
+_COMPONENTS = st.sets(st.sampled_from((*ALL, "mig-manager", "dcgm", "mps-control-daemon")))
 _MIG_DEFAULTS = st.sampled_from([None, "all-disabled"])
 
 
@@ -418,32 +438,35 @@ def test_ready_nodes_needs_every_enabled_component_on_a_gpu_node() -> None:
     assert ready_nodes(nodes, running, frozenset({"toolkit"}), {}) == "0/2"
 
 
-def test_ready_nodes_needs_the_mig_manager_only_where_it_runs_and_not_what_it_paused() -> None:
-    def node(name: str, **labels: str) -> dict[str, Any]:
-        return {"metadata": {"name": name, "labels": {NFD: "true", **labels}}}
+def _gpu_node(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {NFD: "true", **labels}}}
 
-    components = frozenset({"device-plugin", "mig-manager"})
-    nodes = [node("plain"), node("mig", **{CAPABLE: "true"}), node("off", **{CAPABLE: "false"})]
-    running = {n: {"device-plugin"} for n in ("plain", "mig", "off")}
-    counts = {"device-plugin": 3, "mig-manager": 1}
-    # The MIG-capable node lacks its MIG manager; the others need none.
+
+@pytest.mark.parametrize(
+    ("component", "capable"), [("mig-manager", CAPABLE), ("mps-control-daemon", MPS)]
+)
+def test_ready_nodes_needs_an_operand_of_capable_nodes_only_where_it_runs_and_not_paused(
+    component: str, capable: str
+) -> None:
+    components = frozenset({"device-plugin", component})
+    nodes = [
+        _gpu_node("plain"),
+        _gpu_node("yes", **{capable: "true"}),
+        _gpu_node("off", **{capable: "false"}),
+    ]
+    running = {n: {"device-plugin"} for n in ("plain", "yes", "off")}
+    counts = {"device-plugin": 3, component: 1}
+    # The capable node lacks its pod of the component; the others need none.
     assert ready_nodes(nodes, running, components, counts) == "2/3"
-    running["mig"] = {"device-plugin", "mig-manager"}
+    running["yes"] = {"device-plugin", component}
     assert ready_nodes(nodes, running, components, counts) == "3/3"
-    # The MIG manager paused the node's device plugin: its pod is meant to be gone.
-    paused = [node("plain"), node("mig", **{CAPABLE: "true", PLUGIN: PAUSED}), node("off")]
-    running["mig"] = {"mig-manager"}
-    assert ready_nodes(paused, running, components, {**counts, "device-plugin": 2}) == "3/3"
     # Counts that lag behind the pods bound the ready nodes that need the component.
-    assert (
-        ready_nodes(
-            nodes,
-            running | {"mig": running["mig"] | {"device-plugin"}},
-            components,
-            {**counts, "mig-manager": 0},
-        )
-        == "2/3"
-    )
+    assert ready_nodes(nodes, running, components, {**counts, component: 0}) == "2/3"
+    # The MIG manager paused the node's device plugin, whose deploy label the MPS daemon
+    # selects too: their pods are meant to be gone.
+    paused = [_gpu_node("plain"), _gpu_node("yes", **{capable: "true", PLUGIN: PAUSED}), nodes[2]]
+    running["yes"] -= {"device-plugin", "mps-control-daemon"}
+    assert ready_nodes(paused, running, components, {**counts, "device-plugin": 2}) == "3/3"
 
 
 def test_ready_nodes_needs_the_mig_manager_where_the_labeller_decides_mig_capable() -> None:

@@ -165,7 +165,6 @@ def test_nvidias_values_report_what_gpuctrl_ignores() -> None:
     values = yaml.safe_load((DATA / "nvidia" / "gpu-operator-values.yaml").read_text())
     ignored = re.findall(r"^  (\S+)$", notes(values), flags=re.MULTILINE)
     assert ignored == [
-        "devicePlugin.mps",
         "driver.kernelModuleType",
         "driver.licensingConfig",
         "driver.startupProbe",

@@ -24,9 +24,9 @@ def test_prints_the_rendered_stream(capsys: pytest.CaptureFixture[str]) -> None:
     assert out == to_yaml(render(given.policy, given.facts))
     assert err == ""
     kinds = [obj["kind"] for obj in yaml.safe_load_all(out)]
-    # A driver per OS release among the GPU nodes (two), toolkit, validator, device plugin, GFD,
-    # DCGM exporter (the standalone DCGM is off by default).
-    assert kinds.count("DaemonSet") == 8
+    # A driver per OS release among the GPU nodes (two), toolkit, validator, device plugin, MPS
+    # control daemon, GFD, DCGM exporter, MIG manager (the standalone DCGM is off by default).
+    assert kinds.count("DaemonSet") == 9
 
 
 def test_writes_one_file_per_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

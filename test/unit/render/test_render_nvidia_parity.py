@@ -110,6 +110,7 @@ def test_the_contract_is_read() -> None:
         "dcgm",
         "dcgm-exporter",
         "mig-manager",
+        "mps-control-daemon",
     }
     assert items > 40
     assert len(documented()) < items / 4

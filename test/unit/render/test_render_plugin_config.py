@@ -1,8 +1,9 @@
-"""devicePlugin.config as NVIDIA's operator applies it: the device plugin and GPU feature
-discovery get NVIDIA's config-manager init container and sidecar, the shared config volume and
-shareProcessNamespace as test/data/nvidia/config-manager-contract.yaml sums up NVIDIA's, but
-mount gpuctrl's copy of the accepted configs, never the user's ConfigMap; a refused config
-fails the render naming its config and field."""
+"""devicePlugin.config as NVIDIA's operator applies it: the device plugin, GPU feature
+discovery and the MPS control daemon get NVIDIA's config-manager init container and sidecar,
+the shared config volume and the process namespace the sidecar signals in as
+test/data/nvidia/config-manager-contract.yaml sums up NVIDIA's, but mount gpuctrl's copy of the
+accepted configs, never the user's ConfigMap; a refused config fails the render naming its
+config and field, MPS configs included."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[3]
 CONTRACT = yaml.safe_load(
     (ROOT / "test" / "data" / "nvidia" / "config-manager-contract.yaml").read_text()
 )
-OPERANDS = ("device-plugin", "gpu-feature-discovery")
+OPERANDS = ("device-plugin", "gpu-feature-discovery", "mps-control-daemon")
 TIME_SLICED_4 = (
     "version: v1\n"
     "sharing:\n"
@@ -82,7 +83,8 @@ def test_config_manager_containers_are_nvidias(component: str) -> None:
     objects = _render(component)
     pod = objects["DaemonSet"]["spec"]["template"]["spec"]
     containers = _containers(pod)
-    assert pod["shareProcessNamespace"] is contract["shareProcessNamespace"]
+    assert pod.get("shareProcessNamespace", False) is contract["shareProcessNamespace"]
+    assert pod.get("hostPID", False) is contract.get("hostPID", False)
     main = containers[contract["main"]["name"]]
     assert _env(main).items() >= contract["main"]["env"].items()
     assert _mounts(main, pod) == contract["main"]["mounts"]
@@ -99,10 +101,7 @@ def test_config_manager_containers_are_nvidias(component: str) -> None:
         privileged = (ours.get("securityContext") or {}).get("privileged", False)
         assert privileged is wanted.get("privileged", False)
     # the init container runs after the toolkit gate, the sidecar beside the operand
-    assert [c["name"] for c in pod["initContainers"]] == [
-        "toolkit-validation",
-        "config-manager-init",
-    ]
+    assert [c["name"] for c in pod["initContainers"]] == contract["initContainers"]
     assert [c["name"] for c in pod["containers"]] == [contract["main"]["name"], "config-manager"]
 
 
@@ -114,6 +113,8 @@ def test_without_a_config_there_is_no_config_manager_as_with_nvidia(component: s
         "toolkit-validation",
         "nvidia-device-plugin",
         "gpu-feature-discovery",
+        "mps-control-daemon-mounts",
+        "mps-control-daemon-ctr",
     }
     assert "shareProcessNamespace" not in pod
     assert "ConfigMap" not in objects
@@ -211,18 +212,54 @@ def test_a_refused_config_fails_the_render_naming_it(
     assert expected in str(refused.value)
 
 
+MPS_4 = "version: v1\nsharing:\n  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}\n"
+
+
+@pytest.mark.parametrize("component", OPERANDS)
+def test_an_mps_config_reaches_each_operands_copy(component: str) -> None:
+    configs = {**CONFIGS, "mps-4": MPS_4}
+    spec = {"devicePlugin": {"config": {"name": "plugin-configs", "default": "mps-4"}}}
+    objects = _render(component, spec, configs=configs)
+    assert objects["ConfigMap"]["data"] == configs
+    pod = objects["DaemonSet"]["spec"]["template"]["spec"]
+    assert _env(_containers(pod)["config-manager-init"])["DEFAULT_CONFIG"] == "mps-4"
+
+
 @pytest.mark.parametrize(
-    ("strategy", "expected"),
+    ("strategy", "mps", "expected"),
     [
-        ("mixed", "mps-4: sharing.mps: NVIDIA's device plugin refuses MPS with MIG strategy mixed"),
-        ("single", "mps-4: sharing.mps: gpuctrl does not deploy NVIDIA's MPS control daemon yet"),
+        (
+            "mixed",
+            "{name: nvidia.com/gpu, replicas: 4}",
+            "mps-4: sharing.mps: NVIDIA's device plugin refuses MPS with MIG strategy mixed",
+        ),
+        (
+            "single",
+            "{name: nvidia.com/gpu, replicas: 49}",
+            "mps-4: sharing.mps.resources[0].replicas: at most 48 with MPS",
+        ),
+        (
+            "single",
+            "{name: nvidia.com/gpu, replicas: 1}",
+            "mps-4: sharing.mps.resources[0].replicas: must be at least 2",
+        ),
+        (
+            "mixed",
+            "{name: nvidia.com/mig-1g.5gb, replicas: 4}",
+            "sharing.mps.resources[0].name: nvidia.com/mig-1g.5gb: NVIDIA's device plugin does "
+            "not share MIG devices with MPS",
+        ),
     ],
+    ids=["mig-mixed", "over-48-clients", "one-replica", "mig-device"],
 )
-def test_mps_is_refused_until_gpuctrl_runs_nvidias_mps_daemon(strategy: str, expected: str) -> None:
-    mps = "sharing:\n  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}\n"
+@pytest.mark.parametrize("component", OPERANDS)
+def test_the_mps_rules_of_nvidias_device_plugin_still_refuse(
+    component: str, strategy: str, mps: str, expected: str
+) -> None:
+    config = f"sharing:\n  mps:\n    resources:\n    - {mps}\n"
     spec = {"devicePlugin": {"config": {"name": "plugin-configs"}}, "mig": {"strategy": strategy}}
     with pytest.raises(InvalidDevicePluginConfig) as refused:
-        _render("device-plugin", spec, configs={"mps-4": mps})
+        _render(component, spec, configs={"mps-4": config})
     assert expected in str(refused.value)
 
 

@@ -357,6 +357,7 @@ NVIDIA_APP_LABELS = {
     "gpuctrl-toolkit": "nvidia-container-toolkit-daemonset",
     "gpuctrl-validator": "nvidia-operator-validator",
     "gpuctrl-device-plugin": "nvidia-device-plugin-daemonset",
+    "gpuctrl-mps-control-daemon": "nvidia-device-plugin-mps-control-daemon",
     "gpuctrl-gpu-feature-discovery": "gpu-feature-discovery",
     "gpuctrl-dcgm": "nvidia-dcgm",
     "gpuctrl-dcgm-exporter": "nvidia-dcgm-exporter",
