@@ -10,8 +10,9 @@ carries the deploy labels of the default policy's operands and the driver upgrad
 mark (``nvidia.com/gpu-driver-upgrade-enabled``), and every DaemonSet the policy renders for the
 two OS versions is applied (from the renderer: two drivers, toolkit, validator, device plugin,
 MPS control daemon, GPU feature discovery, DCGM exporter, MIG manager); (c) the manager's write
-requests during ``--quiet-seconds`` after that, counted in the apiserver's audit log by its
-User-Agent (Lease renewals listed apart); (d) the manager's peak RSS (VmHWM).
+requests during ``--quiet-seconds`` once its writes have settled (none for 10 s: the policy's
+status catching up), counted in the apiserver's audit log by its User-Agent (Lease renewals
+listed apart); (d) the manager's peak RSS (VmHWM).
 
 ``--pods``: controller-manager and scheduler on (at their default API QPS of 20 and 50, which
 the control plane kit does not raise: so use a few dozen nodes), and the simulated kubelet runs
@@ -141,6 +142,20 @@ async def stop(manager: asyncio.subprocess.Process) -> None:
     await manager.wait()
 
 
+async def settled(audit: AuditLog, window: float = 10, within: float = 600) -> str:
+    """Once the manager has written nothing for ``window`` seconds (its last status writes
+    done): a line saying about when its last write was, counted from now."""
+    started = time.monotonic()
+    while time.monotonic() - started < within:
+        audit.mark()
+        await asyncio.sleep(window)
+        if not audit.writes(leases=True):
+            last = time.monotonic() - started - window
+            span = f"{last:.0f}-{last + window:.0f} s"
+            return f"    its writes settled (none for {window:.0f} s) {span} later"
+    raise RuntimeError(f"the manager kept writing for {within:.0f} s")
+
+
 async def quiet_writes(audit: AuditLog, quiet: float) -> str:
     """(c): the manager's writes over ``quiet`` seconds from now."""
     audit.mark()
@@ -169,7 +184,7 @@ async def main(count: int, quiet: float, profile: Path | None, log: Path | None)
             print(
                 f"(a) manager start -> every node labelled, every DaemonSet applied: {work:.1f} s"
             )
-            await asyncio.sleep(5)  # the last status writes
+            print(await settled(audit), flush=True)
             print(await quiet_writes(audit, quiet))
             print(f"(d) manager peak RSS: {peak_rss_mib(manager.pid):.0f} MiB")
         finally:
@@ -291,7 +306,7 @@ async def main_with_pods(count: int, quiet: float, profile: Path | None, log: Pa
                         f"{max(0.0, timeline.sets_ready - timeline.pods_ready):.2f} s, "
                         f"the operator after it: {operator:.2f} s"
                     )
-                    await asyncio.sleep(5)  # the last status writes
+                    print(await settled(audit), flush=True)
                     print(await quiet_writes(audit, quiet))
                     print(f"(d) manager peak RSS: {peak_rss_mib(manager.pid):.0f} MiB")
                 finally:

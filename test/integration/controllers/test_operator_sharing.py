@@ -271,7 +271,8 @@ async def mps_daemon(client: Client, nodes: int) -> dict[str, Any]:
 
 async def daemon_nodes(client: Client) -> set[str]:
     """The nodes of the MPS control daemon's pods."""
-    found = await client.list(PODS, NAMESPACE, label_selector=f"app={MPS_DAEMON}")
+    selector = "app=nvidia-device-plugin-mps-control-daemon"  # NVIDIA's, as on every operand
+    found = await client.list(PODS, NAMESPACE, label_selector=selector)
     return {p["spec"]["nodeName"] for p in found if not p["metadata"].get("deletionTimestamp")}
 
 
