@@ -20,6 +20,7 @@ import pytest_asyncio
 import yaml
 from operator_helpers import (
     CONFIG_MAPS,
+    DAEMON_SETS,
     NODES,
     POLICIES,
     AuditLog,
@@ -266,4 +267,31 @@ async def test_a_mig_product_without_the_label_runs_the_mig_manager_but_not_on_a
     labels = await labels_of(client, PLAIN_NODE)
     assert DEPLOY + "mig-manager" not in labels
     assert labels[CONFIG] == "all-disabled"
+    await ready(client)
+
+
+async def test_the_mig_manager_disabled_goes_with_its_label_and_comes_back(
+    mig: SimulatedMigManager, client: Client
+) -> None:
+    await ready(client)
+    toggle = {"spec": {"migManager": {"enabled": False}}}
+    await client.merge_patch(POLICIES, POLICY, toggle)
+
+    async def removed() -> None:
+        sets = {d["metadata"]["name"] for d in await client.list(DAEMON_SETS, NAMESPACE)}
+        assert "gpuctrl-mig-manager" not in sets, sets
+        assert DEPLOY + "mig-manager" not in await labels_of(client, MIG_NODE)
+        found = conditions(await status_of(client, POLICY))["MIGManagerReady"]
+        assert (found["status"], found["reason"]) == ("True", "Disabled"), found
+
+    await eventually(removed, within=60)
+    assert (await labels_of(client, MIG_NODE))[CONFIG]  # the node's layout is left as it is
+    await client.merge_patch(POLICIES, POLICY, {"spec": {"migManager": {"enabled": None}}})
+
+    async def back() -> None:
+        assert (await labels_of(client, MIG_NODE)).get(DEPLOY + "mig-manager") == "true"
+        found = conditions(await status_of(client, POLICY))["MIGManagerReady"]
+        assert (found["status"], found["reason"]) == ("True", "Reconciled"), found
+
+    await eventually(back, within=90)
     await ready(client)
