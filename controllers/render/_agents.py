@@ -42,7 +42,7 @@ from controllers.render._account import READ_NODES, Permissions, account_objects
 from controllers.render._engine import render_template
 from controllers.render._errors import RenderError
 from controllers.render._facts import ClusterFacts
-from controllers.render._meta import daemonset_context, env, metadata
+from controllers.render._meta import daemonset_context, env, env_entries, metadata
 from controllers.render._pluginconfig import config_manager
 
 __all__ = [
@@ -216,7 +216,7 @@ def _installer_env(policy: ClusterPolicy) -> list[dict[str, str]]:
             "CDI_OUTPUT_DIR": CDI_ROOT,
             "NVIDIA_CONTAINER_RUNTIME_MODE": "cdi",
         }
-    return [{"name": name, "value": value} for name, value in values.items()]
+    return list(env_entries(values))
 
 
 def _volume_name(index: int, path: str) -> str:
@@ -441,7 +441,7 @@ def _device_plugin_env(policy: ClusterPolicy) -> tuple[dict[str, str], ...]:
         }
         if hook := cdi_hook_path(policy):
             values["NVIDIA_CDI_HOOK_PATH"] = hook
-    return tuple({"name": name, "value": value} for name, value in values.items())
+    return env_entries(values)
 
 
 def cdi_hook_path(policy: ClusterPolicy) -> str | None:

@@ -25,6 +25,7 @@ from controllers.render._meta import (
     NVIDIA_APPS,
     SELECTOR,
     daemonset_context,
+    env_entries,
     metadata,
     pod_selector,
 )
@@ -196,7 +197,7 @@ def _exporter_env(policy: ClusterPolicy, metrics: _Metrics | None) -> tuple[dict
     }
     if policy.spec.dcgm.enabled:
         values[_REMOTE_ENGINE] = f"gpuctrl-{DCGM}:{DCGM_PORT}"
-    return tuple({"name": k, "value": v} for k, v in values.items())
+    return env_entries(values)
 
 
 def _metrics_text(config_map: ConfigMapFacts) -> str:

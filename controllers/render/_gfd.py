@@ -10,7 +10,7 @@ from controllers.render._account import READ_NODES, Permissions, account_objects
 from controllers.render._agents import gated_pod, mig_env
 from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
-from controllers.render._meta import daemonset_context
+from controllers.render._meta import daemonset_context, env_entries
 from controllers.render._pluginconfig import config_manager
 
 __all__ = ["FEATURES_DIR", "render_gfd"]
@@ -47,7 +47,7 @@ def render_gfd(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any
     if not gfd.enabled:
         return []
     manager = config_manager(policy, facts, COMPONENT, gfd, "gpu-feature-discovery")
-    mig = tuple({"name": k, "value": v} for k, v in mig_env(policy).items())
+    mig = env_entries(mig_env(policy))
     ds = daemonset_context(
         policy,
         facts,

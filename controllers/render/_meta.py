@@ -22,6 +22,7 @@ __all__ = [
     "config_hash",
     "daemonset_context",
     "env",
+    "env_entries",
     "env_over",
     "metadata",
     "pod_selector",
@@ -100,6 +101,17 @@ def config_hash(config_maps: Iterable[ConfigMapFacts]) -> str:
     """A digest of the names and data of ``config_maps``."""
     content = {c.name: dict(c.data) for c in config_maps}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def env_entries(values: Mapping[str, str | Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """Container env entries of ``values`` in their order: a string is a ``value``, a mapping a
+    ``valueFrom``."""
+    return tuple(
+        {"name": name, "value": value}
+        if isinstance(value, str)
+        else {"name": name, "valueFrom": dict(value)}
+        for name, value in values.items()
+    )
 
 
 def env(variables: list[EnvVar], *extra: dict[str, Any]) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from controllers.render._configcopy import config_copies
 from controllers.render._engine import render_template
 from controllers.render._errors import RenderError
 from controllers.render._facts import ClusterFacts, ConfigMapFacts
-from controllers.render._meta import daemonset_context
+from controllers.render._meta import daemonset_context, env_entries
 from controllers.render._migparted import (
     CLIENTS_KEY,
     CONFIG_KEY,
@@ -101,12 +101,7 @@ def _env(policy: ClusterPolicy) -> tuple[dict[str, Any], ...]:
         values["CDI_ENABLED"] = "true"
         if hook := cdi_hook_path(policy):
             values["NVIDIA_CDI_HOOK_PATH"] = hook
-    return tuple(
-        {"name": name, "valueFrom": value}
-        if isinstance(value, dict)
-        else {"name": name, "value": value}
-        for name, value in values.items()
-    )
+    return env_entries(values)
 
 
 def _named(facts: ClusterFacts, path: str, name: str | None, key: str) -> str | None:

@@ -23,7 +23,7 @@ from controllers.render._account import READ_NODES, Permissions, account_objects
 from controllers.render._agents import gated_pod, mig_env
 from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
-from controllers.render._meta import daemonset_context
+from controllers.render._meta import daemonset_context, env_entries
 from controllers.render._pluginconfig import config_manager
 
 __all__ = ["MPS_CAPABLE", "render_mps_control_daemon"]
@@ -50,7 +50,7 @@ def render_mps_control_daemon(policy: ClusterPolicy, facts: ClusterFacts) -> lis
     if not plugin.enabled:
         return []
     manager = config_manager(policy, facts, COMPONENT, plugin, "mps-control-daemon")
-    mig = tuple({"name": k, "value": v} for k, v in mig_env(policy).items())
+    mig = env_entries(mig_env(policy))
     ds = daemonset_context(
         policy,
         facts,
