@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -177,4 +178,18 @@ async def uninstall(kubeconfig: Path, objects: list[Obj]) -> None:
         )
     rest = [o for o in objects if o["kind"] not in CUSTOM]
     delete = ("delete", "--ignore-not-found", "--wait", "--timeout=120s", "-f", "-")
-    await kubectl(kubeconfig, *delete, stdin=stream(rest))
+    try:
+        await kubectl(kubeconfig, *delete, stdin=stream(rest))
+    except AssertionError as error:  # say what a CRD still waits for (once seen under load)
+        crds = json.loads(await kubectl(kubeconfig, "get", "crd", "-o", "json"))["items"]
+        waiting = {
+            crd["metadata"]["name"]: (
+                crd["metadata"].get("finalizers"),
+                [
+                    (c["type"], c.get("message"))
+                    for c in crd.get("status", {}).get("conditions", ())
+                ],
+            )
+            for crd in crds
+        }
+        raise AssertionError(f"{error}; CRDs left: {waiting}") from error
