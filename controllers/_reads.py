@@ -336,9 +336,9 @@ def node_role_changed(event: Event) -> bool:
 def cluster_facts(cache: Cache, namespace: str) -> ClusterFacts:
     """The render's facts: every Node (by name) with the labels a render reads, the operand
     namespace's ConfigMaps, and which optional CRDs are served."""
-    return ClusterFacts.from_objects(
+    return ClusterFacts.from_node_states(
         namespace,
-        state_nodes(node_states(cache, namespace)),
+        node_states(cache, namespace),
         cached_list(cache, CONFIG_MAPS, namespace),
         cached_list(cache, CRDS, namespace),
     )

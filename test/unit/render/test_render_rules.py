@@ -4,6 +4,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from operands_kit import EVERY_OPERAND_ENABLED
 
 from api.v1alpha1 import ClusterPolicy, ValidatorWorkloads, load_cluster_policy
@@ -672,3 +674,29 @@ def test_device_plugin_keeps_read_access_to_nodes() -> None:
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
     ]
     assert "automountServiceAccountToken" not in _pod(objects, "gpuctrl-device-plugin")["spec"]
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["n-2", "n-10", "a", "b-1", "z"]),
+        st.sampled_from(
+            [(OS_ID, "ubuntu"), (OS_VERSION, "22.04"), ("nvidia.com/gpu.present", "true")]
+        ),
+    )
+)
+def test_facts_from_node_states_are_the_facts_from_the_nodes(
+    nodes: dict[str, tuple[str, str]],
+) -> None:
+    objects = [{"metadata": {"name": n, "labels": dict([nodes[n]])}} for n in sorted(nodes)]
+    states: dict[tuple[str, str], list[str]] = {}
+    for name, label in nodes.items():
+        states.setdefault(label, []).append(name)
+    grouped = [(dict([label]), names) for label, names in states.items()]
+    crd = {
+        "metadata": {"name": "x"},
+        "status": {"conditions": [{"type": "Established", "status": "True"}]},
+    }
+    config_map = {"metadata": {"name": "c", "namespace": "gpuctrl"}, "data": {"k": "v"}}
+    assert ClusterFacts.from_node_states("gpuctrl", grouped, [config_map], [crd]) == (
+        ClusterFacts.from_objects("gpuctrl", objects, [config_map], [crd])
+    )
