@@ -43,7 +43,7 @@ from controllers.render._engine import render_template
 from controllers.render._errors import RenderError
 from controllers.render._facts import ClusterFacts
 from controllers.render._meta import daemonset_context, env, env_entries, metadata
-from controllers.render._pluginconfig import config_manager
+from controllers.render._pluginconfig import config_managed
 
 __all__ = [
     "WORKLOADS_CONFIG_MAP",
@@ -461,16 +461,14 @@ def render_device_plugin(policy: ClusterPolicy, facts: ClusterFacts) -> list[dic
     plugin = policy.spec.device_plugin
     if not plugin.enabled:
         return []
-    manager = config_manager(policy, facts, "device-plugin", plugin, "nvidia-device-plugin")
-    ds = daemonset_context(
+    manager, ds = config_managed(
         policy,
         facts,
         "device-plugin",
         plugin,
-        "gpuctrl-device-plugin",
+        "nvidia-device-plugin",
         deploy_label="nvidia.com/gpu.deploy.device-plugin",
-        image_env=_device_plugin_env(policy) + manager.env,
-        pod_annotations=manager.pod_annotations,
+        image_env=_device_plugin_env(policy),
     )
     objects = account_objects(policy, facts, "device-plugin", _DEVICE_PLUGIN_PERMISSIONS)
     return (

@@ -10,8 +10,8 @@ from controllers.render._account import READ_NODES, Permissions, account_objects
 from controllers.render._agents import gated_pod, mig_env
 from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
-from controllers.render._meta import daemonset_context, env_entries
-from controllers.render._pluginconfig import config_manager
+from controllers.render._meta import env_entries
+from controllers.render._pluginconfig import config_managed
 
 __all__ = ["FEATURES_DIR", "render_gfd"]
 
@@ -46,17 +46,14 @@ def render_gfd(policy: ClusterPolicy, facts: ClusterFacts) -> list[dict[str, Any
     gfd = policy.spec.gfd
     if not gfd.enabled:
         return []
-    manager = config_manager(policy, facts, COMPONENT, gfd, "gpu-feature-discovery")
-    mig = env_entries(mig_env(policy))
-    ds = daemonset_context(
+    manager, ds = config_managed(
         policy,
         facts,
         COMPONENT,
         gfd,
-        f"gpuctrl-{COMPONENT}",
+        "gpu-feature-discovery",
         deploy_label="nvidia.com/gpu.deploy.gpu-feature-discovery",
-        image_env=_ENV + mig + manager.env,
-        pod_annotations=manager.pod_annotations,
+        image_env=_ENV + env_entries(mig_env(policy)),
     )
     objects = account_objects(policy, facts, COMPONENT, _PERMISSIONS)
     return (

@@ -23,8 +23,8 @@ from controllers.render._account import READ_NODES, Permissions, account_objects
 from controllers.render._agents import gated_pod, mig_env
 from controllers.render._engine import render_template
 from controllers.render._facts import ClusterFacts
-from controllers.render._meta import daemonset_context, env_entries
-from controllers.render._pluginconfig import config_manager
+from controllers.render._meta import env_entries
+from controllers.render._pluginconfig import config_managed
 
 __all__ = ["MPS_CAPABLE", "render_mps_control_daemon"]
 
@@ -49,18 +49,15 @@ def render_mps_control_daemon(policy: ClusterPolicy, facts: ClusterFacts) -> lis
     plugin = policy.spec.device_plugin
     if not plugin.enabled:
         return []
-    manager = config_manager(policy, facts, COMPONENT, plugin, "mps-control-daemon")
-    mig = env_entries(mig_env(policy))
-    ds = daemonset_context(
+    manager, ds = config_managed(
         policy,
         facts,
         COMPONENT,
-        plugin.model_copy(update={"args": [], "env": []}),
-        f"gpuctrl-{COMPONENT}",
+        plugin.model_copy(update={"args": [], "env": []}),  # the plugin's own, not NVIDIA's
+        "mps-control-daemon",
         deploy_label="nvidia.com/gpu.deploy.device-plugin",
+        image_env=_ENV + env_entries(mig_env(policy)),
         node_selector={MPS_CAPABLE: "true"},
-        image_env=_ENV + mig + manager.env,
-        pod_annotations=manager.pod_annotations,
     )
     return (
         account_objects(policy, facts, COMPONENT, _PERMISSIONS)

@@ -17,6 +17,7 @@ config-manager only reacts to the label); a change of a node's label does not.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +25,17 @@ from api.v1alpha1 import ClusterPolicy, Component, image_reference, wire
 from controllers.render._engine import render_template
 from controllers.render._errors import InvalidDevicePluginConfig
 from controllers.render._facts import ClusterFacts, ConfigMapFacts
-from controllers.render._meta import CONFIG_HASH, NODE_NAME_ENV, config_hash, metadata
+from controllers.render._meta import (
+    CONFIG_HASH,
+    NODE_NAME_ENV,
+    DaemonSetContext,
+    config_hash,
+    daemonset_context,
+    metadata,
+)
 from controllers.render._sharing import config_problems
 
-__all__ = ["CONFIG_LABEL", "ConfigManager", "config_manager", "copy_name"]
+__all__ = ["CONFIG_LABEL", "ConfigManager", "config_managed", "copy_name"]
 
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 """The Node label whose value names the config a node runs (read by NVIDIA's config-manager)."""
@@ -62,7 +70,36 @@ def copy_name(component: str) -> str:
     return f"gpuctrl-{component}-config"
 
 
-def config_manager(
+def config_managed(
+    policy: ClusterPolicy,
+    facts: ClusterFacts,
+    component: str,
+    operand: Component,
+    process: str,
+    *,
+    deploy_label: str,
+    image_env: tuple[dict[str, Any], ...] = (),
+    node_selector: Mapping[str, str] | None = None,
+) -> tuple[ConfigManager, DaemonSetContext]:
+    """``component``'s config-manager (`_config_manager`) and the context of its DaemonSet
+    ``gpuctrl-<component>`` (`daemonset_context` with ``deploy_label``, ``node_selector`` and
+    ``image_env``), which carries the config-manager's env and its copy's hash."""
+    manager = _config_manager(policy, facts, component, operand, process)
+    ds = daemonset_context(
+        policy,
+        facts,
+        component,
+        operand,
+        f"gpuctrl-{component}",
+        deploy_label=deploy_label,
+        node_selector=node_selector,
+        image_env=image_env + manager.env,
+        pod_annotations=manager.pod_annotations,
+    )
+    return manager, ds
+
+
+def _config_manager(
     policy: ClusterPolicy, facts: ClusterFacts, component: str, operand: Component, process: str
 ) -> ConfigManager:
     """The config-manager containers, volumes and copy ConfigMap of ``component``, configured
