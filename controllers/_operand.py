@@ -210,20 +210,19 @@ class OperandReconciler:
             )
         if not needs_apply(obj, current):
             return
-        if resource == DAEMON_SETS and current is not None and _selector(current) != _selector(obj):
-            await self._replace(policy, resource, current)
-            return
-        if resource == DAEMON_SETS and current is None:
-            obj = await self._over_orphans(obj)
+        if resource == DAEMON_SETS:
+            if current is None:
+                obj = await self._over_orphans(obj)
+            elif _selector(current) != _selector(obj):
+                await self._replace(policy, current)
+                return
         await self._client.apply(
             resource, obj, field_manager=self._operand.field_manager, force=True
         )
         verb = "Created" if current is None else "Updated"
         self._status.event(policy.obj, "Normal", verb, f"{verb} {_describe(obj)}")
 
-    async def _replace(
-        self, policy: Policy, resource: Resource, current: Mapping[str, Any]
-    ) -> None:
+    async def _replace(self, policy: Policy, current: Mapping[str, Any]) -> None:
         """Delete ``current``, whose pod selector gpuctrl changed (a selector never changes in
         place), orphaning its pods: the one applied once it is gone selects and adopts them,
         then rolls them as its update strategy says. Its deletion's event brings the next
@@ -232,14 +231,14 @@ class OperandReconciler:
         if meta.get("deletionTimestamp"):
             return  # the garbage collector is orphaning its pods
         await self._client.delete(
-            resource,
+            DAEMON_SETS,
             meta["name"],
             meta.get("namespace"),
             propagation_policy="Orphan",
             uid=meta["uid"],
         )
         text = (
-            f"Replacing {_describe({**current, 'kind': resource.kind})}: its pod selector "
+            f"Replacing {_describe({**current, 'kind': DAEMON_SETS.kind})}: its pod selector "
             "changed; its pods are kept for the new one to adopt"
         )
         self._status.event(policy.obj, "Normal", "Replacing", text)
