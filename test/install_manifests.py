@@ -132,6 +132,7 @@ def documents(path: Path) -> list[Obj]:
 
 # Kinds whose CRDs the install brings: applied once those are Established.
 CUSTOM = {"ClusterPolicy", "PodPolicy"}
+CRD = "CustomResourceDefinition"
 
 
 async def kubectl(kubeconfig: Path, *args: str, stdin: str = "", check: bool = True) -> str:
@@ -178,10 +179,16 @@ async def uninstall(kubeconfig: Path, objects: list[Obj]) -> None:
         )
     rest = [o for o in objects if o["kind"] not in CUSTOM]
     delete = ("delete", "--ignore-not-found", "--wait", "--timeout=120s", "-f", "-")
+    await kubectl(kubeconfig, *delete, stdin=stream([o for o in rest if o["kind"] != CRD]))
+    # A CRD's deletion can take minutes on its own: while the watch cache of its objects
+    # re-initializes, the apiserver's CRD finalizer cannot list them ("could not list
+    # instances: storage is (re)initializing") and retries with backoff (seen here twice in
+    # 120 s; operator-framework/operator-controller#1437 waits 5 minutes for it).
+    crds = ("delete", "--ignore-not-found", "--wait", "--timeout=300s", "-f", "-")
     try:
-        await kubectl(kubeconfig, *delete, stdin=stream(rest))
-    except AssertionError as error:  # say what a CRD still waits for (once seen under load)
-        crds = json.loads(await kubectl(kubeconfig, "get", "crd", "-o", "json"))["items"]
+        await kubectl(kubeconfig, *crds, stdin=stream([o for o in rest if o["kind"] == CRD]))
+    except AssertionError as error:  # say what each CRD left still waits for
+        found = json.loads(await kubectl(kubeconfig, "get", "crd", "-o", "json"))["items"]
         waiting = {
             crd["metadata"]["name"]: (
                 crd["metadata"].get("finalizers"),
@@ -190,6 +197,6 @@ async def uninstall(kubeconfig: Path, objects: list[Obj]) -> None:
                     for c in crd.get("status", {}).get("conditions", ())
                 ],
             )
-            for crd in crds
+            for crd in found
         }
         raise AssertionError(f"{error}; CRDs left: {waiting}") from error
